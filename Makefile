@@ -1,0 +1,63 @@
+# mactile: the two commands a new user needs are `make demo` and `make test`.
+# Both install what they need on first use (Debian packages where apt-get is usable,
+# then a virtual environment in .venv with the project and its extras).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+JOBS ?= 2
+DEMO_DIR ?= out/demo
+APT_PACKAGES := iverilog opensta qflow-tech-osu018
+
+.PHONY: demo test test-fast test-slow test-gpu bench install system-deps clean help
+
+help:
+	@echo "make demo      run the main job on the embedded defaults (output in $(DEMO_DIR))"
+	@echo "make test      install everything and run the test suite (CI runs this)"
+	@echo "make test-gpu  run the GPU tests (on a machine with a CUDA GPU and CuPy)"
+	@echo "make bench     run the CPU benchmarks and print their tables"
+
+# Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells.
+system-deps: $(VENV)/.system-deps
+$(VENV)/.system-deps:
+	@mkdir -p $(VENV)
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	    if [ -n "$$missing" ]; then \
+	        echo "installing Debian packages:$$missing"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    fi; \
+	else \
+	    echo "note: apt-get not usable here; tests needing $(APT_PACKAGES) will be skipped"; \
+	fi
+	@touch $@
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(VENV)/.installed
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py | system-deps
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+demo: install
+	$(VENV)/bin/mactile formats study -o $(DEMO_DIR)
+
+test: install
+	$(PIP) install -q --no-deps -e . >/dev/null
+	$(PY) -m pytest -n $(JOBS) -m "not gpu"
+
+test-fast: install
+	$(PY) -m pytest -n $(JOBS) -m "not gpu and not slow"
+
+test-gpu:
+	$(PYTHON) -m pytest -m gpu -v
+
+bench: install
+	$(PY) benchmarks/golden_throughput.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache build *.egg-info

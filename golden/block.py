@@ -1,0 +1,270 @@
+"""Block-scaled formats: the shared machinery and the :class:`Quantized` result.
+
+A block format quantizes along the last axis in blocks of ``block_size`` elements. Its
+result, :class:`Quantized`, holds the bits exactly as hardware and kernels store them:
+
+``codes``
+    element codes, shape ``(..., n_blocks, block_size)``;
+``scales``
+    one block-scale code per block, shape ``(..., n_blocks)``, including any metadata
+    bits that the format keeps inside the scale byte (RaZeR);
+``meta``
+    other per-block or per-element metadata (the DialectFP4 dialect id, NestedFP's lower
+    byte), or ``None``;
+``tensor_scale``
+    the second-level FP32 scale (NVFP4, RaZeR), or ``None``.
+
+Work is done in chunks of blocks, so peak memory stays a small multiple of the input
+whatever its size, and chunks run on a small thread pool (NumPy releases the GIL).
+"""
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+import dataclasses
+import enum
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["BlockFormat", "Quantized", "InputError", "check_input"]
+
+#: Blocks handled per chunk: large enough to amortise NumPy call overhead, small enough to
+#: stay in cache-friendly sizes (2**16 blocks of 16 float64 is 8 MiB).
+CHUNK_ELEMENTS = 1 << 20
+
+
+class InputError(ValueError):
+    """The input array cannot be quantized (the message names the problem)."""
+
+
+def _threads() -> int:
+    env = os.environ.get("MACTILE_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def check_input(x, block_size: int, *, name: str) -> np.ndarray:
+    """Validate an array for block quantization and return it as a floating array.
+
+    Raises
+    ------
+    InputError
+        For a non-floating dtype (integer, complex, bool, object), a 0-d array, NaN or
+        Inf (the first offending index is named), or a last axis that the block size does
+        not divide.
+    """
+    a = np.asarray(x)
+    if a.dtype.kind == "c":
+        raise InputError(f"{name}: complex input (dtype {a.dtype}) is not supported; "
+                         "quantize the real and imaginary parts separately")
+    if a.dtype.kind != "f":
+        raise InputError(f"{name}: expected a floating-point array, got dtype {a.dtype}; "
+                         "convert integers explicitly (x.astype(np.float32)) if intended")
+    if a.ndim == 0:
+        raise InputError(f"{name}: expected at least a 1-d array, got a scalar")
+    if a.shape[-1] % block_size:
+        raise InputError(
+            f"{name}: last axis has {a.shape[-1]} elements, not a multiple of the "
+            f"block size {block_size}")
+    finite = np.isfinite(a)
+    if not finite.all():
+        idx = np.unravel_index(int(np.argmin(finite.reshape(-1))), a.shape)
+        bad = a[idx]
+        raise InputError(f"{name}: input holds {'NaN' if np.isnan(bad) else bad} at index "
+                         f"{tuple(int(i) for i in idx)} ({int((~finite).sum())} non-finite "
+                         "value(s) in all)")
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Quantized:
+    """Quantized tensor: codes, scales and metadata exactly as stored.
+
+    Use :meth:`dequantize` for the float64 values and :meth:`mse`/:meth:`sqnr_db` for
+    the error against the original.
+    """
+
+    format: "BlockFormat"
+    shape: tuple[int, ...]
+    codes: np.ndarray
+    scales: np.ndarray | None = None
+    meta: np.ndarray | None = None
+    tensor_scale: np.float32 | None = None
+
+    def dequantize(self) -> np.ndarray:
+        """Dequantized values, float64, in the original shape."""
+        return self.format.dequantize(self)
+
+    def mse(self, x) -> float:
+        """Mean squared error against the original ``x``."""
+        d = self.dequantize() - np.asarray(x, dtype=np.float64)
+        return float(np.mean(d * d))
+
+    def sqnr_db(self, x) -> float:
+        """Signal-to-quantization-noise ratio in dB (``inf`` when exact)."""
+        x64 = np.asarray(x, dtype=np.float64)
+        noise = float(np.sum((self.dequantize() - x64) ** 2))
+        signal = float(np.sum(x64 * x64))
+        if noise == 0.0:
+            return float("inf")
+        return 10.0 * np.log10(signal / noise)
+
+    @property
+    def n_blocks(self) -> int:
+        return int(np.prod(self.codes.shape[:-1]))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The stored arrays by name (for ``.npz`` files and packers)."""
+        out = {"codes": self.codes}
+        if self.scales is not None:
+            out["scales"] = self.scales
+        if self.meta is not None:
+            out["meta"] = self.meta
+        if self.tensor_scale is not None:
+            out["tensor_scale"] = np.asarray(self.tensor_scale, dtype=np.float32)
+        return out
+
+    def save_npz(self, path) -> None:
+        """Write codes, scales, metadata and the format's description to ``path``."""
+        np.savez(path, shape=np.asarray(self.shape, dtype=np.int64),
+                 format=np.asarray(self.format.describe()), **self.arrays())
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockFormat(abc.ABC):
+    """Base of every block format spec (frozen; options are its fields).
+
+    Subclasses implement :meth:`_quantize_blocks` and :meth:`_dequantize_blocks` on a 2-d
+    ``(n, block_size)`` chunk; tensor-wide parameters (a second-level scale) come from
+    :meth:`_tensor_params`, computed once over the whole input.
+    """
+
+    block_size: int
+
+    #: Registry name (``"nvfp4"``).
+    name: ClassVar[str] = ""
+    #: Paper and section the default conventions come from.
+    reference: ClassVar[str] = ""
+    #: Block sizes the format allows.
+    allowed_block_sizes: ClassVar[tuple[int, ...] | None] = None
+
+    def __post_init__(self):
+        if self.allowed_block_sizes is not None and self.block_size not in self.allowed_block_sizes:
+            raise ValueError(f"{self.name}: block size must be one of "
+                             f"{self.allowed_block_sizes}, got {self.block_size}")
+        if self.block_size < 1:
+            raise ValueError(f"{self.name}: block size must be positive, got {self.block_size}")
+
+    # ----------------------------------------------------------------- interface
+    @property
+    @abc.abstractmethod
+    def bits_per_element(self) -> float:
+        """Effective storage bits per element, scales and metadata included."""
+
+    def describe(self) -> str:
+        """One line naming the format and every option."""
+        def show(v):
+            return repr(v.value) if isinstance(v, enum.Enum) else repr(v)
+
+        opts = ", ".join(f"{f.name}={show(getattr(self, f.name))}" for f in dataclasses.fields(self))
+        return f"{self.name}({opts})"
+
+    def quantize(self, x) -> Quantized:
+        """Quantize ``x`` (floating point, blocks along the last axis)."""
+        a = check_input(x, self.block_size, name=self.name)
+        flat = a.reshape(-1, self.block_size)
+        ctx = self._tensor_params(flat)
+        n = flat.shape[0]
+        codes = np.empty((n, self.block_size), dtype=self.code_dtype)
+        scales = np.empty(n, dtype=self.scale_dtype) if self.scale_dtype is not None else None
+        meta = self._allocate_meta(n)
+
+        def work(lo, hi):
+            c, s, m = self._quantize_blocks(flat[lo:hi], ctx)
+            codes[lo:hi] = c
+            if scales is not None:
+                scales[lo:hi] = s
+            if meta is not None:
+                meta[lo:hi] = m
+
+        self._run_chunks(n, work)
+        lead = a.shape[:-1] + (a.shape[-1] // self.block_size,)
+        return Quantized(
+            format=self, shape=tuple(a.shape),
+            codes=codes.reshape(lead + (self.block_size,)),
+            scales=None if scales is None else scales.reshape(lead),
+            meta=None if meta is None else meta.reshape(lead + meta.shape[1:]),
+            tensor_scale=ctx.get("tensor_scale"),
+        )
+
+    def dequantize(self, q: Quantized) -> np.ndarray:
+        """Float64 values of a :class:`Quantized` of this format."""
+        if q.format != self:
+            raise ValueError(f"{self.name}: cannot dequantize a {q.format.describe()} tensor")
+        n = q.n_blocks
+        codes = q.codes.reshape(n, self.block_size)
+        scales = None if q.scales is None else q.scales.reshape(n)
+        meta = None if q.meta is None else q.meta.reshape((n,) + q.meta.shape[len(q.codes.shape) - 1:])
+        ctx = {"tensor_scale": q.tensor_scale}
+        out = np.empty((n, self.block_size), dtype=np.float64)
+
+        def work(lo, hi):
+            out[lo:hi] = self._dequantize_blocks(
+                codes[lo:hi], None if scales is None else scales[lo:hi],
+                None if meta is None else meta[lo:hi], ctx)
+
+        self._run_chunks(n, work)
+        return out.reshape(q.shape)
+
+    def roundtrip(self, x) -> np.ndarray:
+        """``quantize(x).dequantize()``."""
+        return self.quantize(x).dequantize()
+
+    # ----------------------------------------------------------------- storage
+    #: dtype of an element code.
+    code_dtype: ClassVar[np.dtype] = np.dtype(np.uint8)
+    #: dtype of a block-scale code (``None``: the format has no per-block scale).
+    scale_dtype: ClassVar[np.dtype | None] = np.dtype(np.uint8)
+
+    def _allocate_meta(self, n_blocks: int) -> np.ndarray | None:
+        return None
+
+    # ----------------------------------------------------------------- hooks
+    def _tensor_params(self, flat: np.ndarray) -> dict[str, Any]:
+        return {}
+
+    @abc.abstractmethod
+    def _quantize_blocks(self, xb: np.ndarray, ctx: dict) -> tuple:
+        """Quantize a ``(n, block_size)`` chunk; return ``(codes, scales, meta)``."""
+
+    @abc.abstractmethod
+    def _dequantize_blocks(self, codes, scales, meta, ctx) -> np.ndarray:
+        """Dequantize a chunk to float64 ``(n, block_size)``."""
+
+    # ----------------------------------------------------------------- helpers
+    def _run_chunks(self, n_blocks: int, work) -> None:
+        step = max(1, CHUNK_ELEMENTS // self.block_size)
+        bounds = [(lo, min(lo + step, n_blocks)) for lo in range(0, n_blocks, step)]
+        threads = _threads()
+        if threads == 1 or len(bounds) == 1:
+            for lo, hi in bounds:
+                work(lo, hi)
+            return
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            for f in [pool.submit(work, lo, hi) for lo, hi in bounds]:
+                f.result()
+
+
+def tensor_amax(flat: np.ndarray) -> np.float32:
+    """Largest magnitude of a tensor as FP32 (chunked to bound memory)."""
+    step = CHUNK_ELEMENTS // max(1, flat.shape[-1])
+    m = 0.0
+    for lo in range(0, flat.shape[0], max(1, step)):
+        part = flat[lo:lo + step]
+        if part.size:
+            m = max(m, float(np.max(np.abs(part))))
+    return np.float32(m)

@@ -1,0 +1,125 @@
+"""Symmetric group-wise integer quantization (FlexQ's INT6/INT8) and the bit-plane identity.
+
+Source: 003_c7ba18c8b0833de1.txt Sec. 4.1-4.3, Eq. 1-6.
+
+Per group of ``block_size`` elements along the last axis (arithmetic in FP32, RNE)::
+
+    scale = FP16( amax / (2**(n-1) - 1) )       FP32 division, then rounded to FP16
+    q     = clamp( rint(x / scale), -2**(n-1), 2**(n-1) - 1 )
+
+A group whose scale rounds to zero stores zeros. An integer GEMM of such codes equals a
+weighted sum of 1-bit GEMMs of their two's-complement bit planes (Eq. 5-6), which is what
+binary tensor cores compute: see :func:`bitplane_matmul`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .block import BlockFormat, InputError
+from .elements import int_format
+
+__all__ = ["IntGroup", "bitplanes", "plane_weights", "bitplane_matmul"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntGroup(BlockFormat):
+    """Symmetric INTn per group with an FP16 scale (FlexQ: n = 6 or 8, group 128).
+
+    ``codes`` are n-bit two's-complement patterns (``uint8``), ``scales`` FP16 bit patterns
+    (``uint16``).
+    """
+
+    block_size: int = 128
+    bits: int = 6
+
+    name: ClassVar[str] = "int-group"
+    reference: ClassVar[str] = "FlexQ (003) Sec. 4.1"
+    scale_dtype: ClassVar[np.dtype] = np.dtype(np.uint16)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 2 <= self.bits <= 8:
+            raise ValueError(f"int-group: bits must lie in [2, 8], got {self.bits}")
+
+    @property
+    def element(self):
+        return int_format(self.bits)
+
+    @property
+    def bits_per_element(self) -> float:
+        return self.bits + 16 / self.block_size
+
+    def _quantize_blocks(self, xb, ctx):
+        fmt = self.element
+        x32 = np.asarray(xb, dtype=np.float32)
+        amax = np.max(np.abs(x32), axis=1)
+        with np.errstate(over="ignore"):
+            s16 = (amax / np.float32(fmt.max_int)).astype(np.float16)
+        if not np.isfinite(s16).all():
+            i = int(np.argmin(np.isfinite(s16)))
+            raise InputError(f"int-group: group {i} has amax {amax[i]}, whose scale "
+                             f"amax/{fmt.max_int} overflows FP16")
+        s32 = s16.astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.rint(x32 / s32[:, None])
+        r = np.where(s32[:, None] > 0, r, np.float32(0))
+        q = np.clip(r, fmt.min_int, fmt.max_int).astype(np.int64)
+        return fmt.from_int(q), s16.view(np.uint16), None
+
+    def _dequantize_blocks(self, codes, scales, meta, ctx):
+        q = self.element.decode(codes).astype(np.float64)
+        return q * scales.view(np.float16).astype(np.float64)[:, None]
+
+    def integers(self, q) -> np.ndarray:
+        """Signed integer values of a :class:`~mactile.golden.block.Quantized`'s codes."""
+        return self.element.decode(q.codes)
+
+
+def plane_weights(bits: int) -> np.ndarray:
+    """Weight of each two's-complement bit plane: ``2**s``, the top one ``-2**(bits-1)``."""
+    w = np.array([1 << s for s in range(bits)], dtype=np.int64)
+    w[-1] = -w[-1]
+    return w
+
+
+def bitplanes(q, bits: int) -> np.ndarray:
+    """Bit planes of signed integers: shape ``(bits,) + q.shape``, values 0/1 (uint8).
+
+    Plane ``s`` is bit ``s`` of the ``bits``-wide two's-complement pattern, so
+    ``sum_s plane_weights(bits)[s] * planes[s] == q``.
+    """
+    q = np.asarray(q).astype(np.int64)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if q.size and (q.min() < lo or q.max() > hi):
+        raise ValueError(f"values outside the {bits}-bit range [{lo}, {hi}]")
+    pattern = q & ((1 << bits) - 1)
+    return np.stack([(pattern >> s) & 1 for s in range(bits)]).astype(np.uint8)
+
+
+def bitplane_matmul(a, b, bits_a: int, bits_b: int) -> np.ndarray:
+    """``a @ b.T`` for signed integer matrices, computed as binary tensor cores do.
+
+    FlexQ Eq. 5-6: ``sum_{s,t} w_s * w_t * popcount(A_s AND B_t)`` over bit planes, where
+    ``w`` are :func:`plane_weights` (the most significant plane counts negative).
+
+    Parameters
+    ----------
+    a : (M, K) integers in the ``bits_a`` range
+    b : (N, K) integers in the ``bits_b`` range
+
+    Returns
+    -------
+    (M, N) int64, equal to ``a.astype(int64) @ b.astype(int64).T``.
+    """
+    pa, pb = bitplanes(a, bits_a), bitplanes(b, bits_b)
+    wa, wb = plane_weights(bits_a), plane_weights(bits_b)
+    out = np.zeros((pa.shape[1], pb.shape[1]), dtype=np.int64)
+    for s in range(bits_a):
+        for t in range(bits_b):
+            # AND of 0/1 planes summed over K is the popcount of the AND of packed words.
+            pop = pa[s].astype(np.int64) @ pb[t].astype(np.int64).T
+            out += wa[s] * wb[t] * pop
+    return out

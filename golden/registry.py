@@ -1,0 +1,68 @@
+"""Every block format by name, and :func:`get_format` to build one from options."""
+from __future__ import annotations
+
+from .block import BlockFormat
+from .dialect import DialectFP4, DialectSelect
+from .fp4blocks import MXFP4, NVFP4, RaZeR, RaZeRAct
+from .intgroup import IntGroup
+from .nestedfp import NestedFP, NestedFP8
+
+__all__ = ["BLOCK_FORMATS", "get_format"]
+
+#: Block-format classes by registry name.
+BLOCK_FORMATS: dict[str, type[BlockFormat]] = {
+    cls.name: cls for cls in (NVFP4, MXFP4, RaZeR, RaZeRAct, DialectFP4, IntGroup,
+                              NestedFP, NestedFP8)
+}
+
+
+def get_format(name: str, *, block_size: int | None = None,
+               special_values: tuple[float, ...] | None = None,
+               select: str | None = None, bits: int | None = None) -> BlockFormat:
+    """Build a block-format spec from a name and the CLI's options.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, or an option the format does not take.
+
+    Examples
+    --------
+    >>> get_format("razer", special_values=(5, 7)).describe()
+    'razer(block_size=16, special_values=(5.0, 7.0))'
+    """
+    try:
+        cls = BLOCK_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown format {name!r}; known formats: "
+                         f"{', '.join(sorted(BLOCK_FORMATS))}") from None
+    kwargs: dict = {}
+    if block_size is not None:
+        if cls in (NestedFP, NestedFP8):
+            raise ValueError(f"{name} has no blocks (--block does not apply)")
+        kwargs["block_size"] = int(block_size)
+    if special_values is not None:
+        vals = tuple(float(v) for v in special_values)
+        if cls is RaZeR:
+            if len(vals) != 2:
+                raise ValueError(f"razer takes two special magnitudes A,B; got {len(vals)}")
+            kwargs["special_values"] = vals
+        elif cls is RaZeRAct:
+            if len(vals) != 1:
+                raise ValueError(f"razer-act takes one special magnitude A; got {len(vals)}")
+            kwargs["special_value"] = vals[0]
+        else:
+            raise ValueError(f"{name} has no special values (only razer and razer-act do)")
+    if select is not None:
+        if cls is not DialectFP4:
+            raise ValueError(f"{name} has no dialect selection (only dialectfp4 does)")
+        try:
+            kwargs["select"] = DialectSelect(select)
+        except ValueError:
+            raise ValueError(f"unknown selection {select!r}; choose "
+                             f"{' or '.join(s.value for s in DialectSelect)}") from None
+    if bits is not None:
+        if cls is not IntGroup:
+            raise ValueError(f"{name} has a fixed element width (--bits applies to int-group)")
+        kwargs["bits"] = int(bits)
+    return cls(**kwargs)

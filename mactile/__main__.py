@@ -1,0 +1,5 @@
+import sys
+
+from mactile.cli.main import main
+
+sys.exit(main())

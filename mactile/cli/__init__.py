@@ -1,0 +1,1 @@
+"""The ``mactile`` command line: one module per subcommand, registered in :mod:`.main`."""

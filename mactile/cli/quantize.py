@@ -1,0 +1,62 @@
+"""``mactile quantize``: quantize an array with a block format, write the dequantized one."""
+from __future__ import annotations
+
+import numpy as np
+
+from mactile.cli.common import CliError, atomic_outputs, load_array
+
+
+def _special_values(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise CliError(f"--special-values must be numbers separated by commas, got {text!r}") from None
+    return vals
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "quantize", help="quantize a .npy array with a block format",
+        description="Read a floating-point array (blocks along the last axis), quantize it "
+                    "and write the dequantized float64 array of the same shape.")
+    p.add_argument("--format", required=True, metavar="NAME",
+                   help="block format (see `mactile list formats`)")
+    p.add_argument("--block", type=int, metavar="N", help="block size (format default if omitted)")
+    p.add_argument("--special-values", metavar="A[,B]",
+                   help="RaZeR special magnitudes (razer: A,B; razer-act: A); multiples of "
+                        "0.5 in [2.5, 9.5]")
+    p.add_argument("--select", choices=["two-stage", "mse"], help="DialectFP4 dialect selection")
+    p.add_argument("--bits", type=int, metavar="N", help="int-group element width")
+    p.add_argument("--codes", metavar="FILE.npz",
+                   help="also write codes, scales and metadata exactly as stored")
+    p.add_argument("input", metavar="IN.npy")
+    p.add_argument("output", metavar="OUT.npy")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from mactile.golden import InputError, get_format
+
+    try:
+        fmt = get_format(
+            args.format, block_size=args.block, select=args.select, bits=args.bits,
+            special_values=None if args.special_values is None else _special_values(args.special_values))
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    x = load_array(args.input)
+    try:
+        q = fmt.quantize(x)
+    except InputError as e:
+        raise CliError(f"{args.input}: {e}") from None
+    y = q.dequantize()
+    outs = [args.output] + ([args.codes] if args.codes else [])
+    with atomic_outputs(*outs) as tmps:
+        with open(tmps[0], "wb") as fh:
+            np.save(fh, y)
+        if args.codes:
+            with open(tmps[1], "wb") as fh:
+                q.save_npz(fh)
+    print(f"{fmt.describe()}: {x.shape} {x.dtype} -> {args.output} (float64); "
+          f"{fmt.bits_per_element:.4g} bits/element, MSE {q.mse(x):.4g}, "
+          f"SQNR {q.sqnr_db(x):.2f} dB" + (f"; codes -> {args.codes}" if args.codes else ""))
+    return 0
