@@ -304,6 +304,9 @@ class FloatFormat:
         carry = k >= (1 << (m_bits + 1))  # rounding spilled into the next binade
         e = np.where(carry, e + 1, e)
         k = np.where(carry, k / 2, k).astype(np.int64)
+        if not self.subnormals:
+            # No zero and no subnormals: below the smallest value the nearest is that value.
+            k = np.maximum(k, 1 << m_bits)
 
         normal = k >= (1 << m_bits)
         exp_field = np.where(normal, e + self.bias, 0 if self.subnormals else e + self.bias)
@@ -325,7 +328,7 @@ class FloatFormat:
 
         invalid = nan_in.copy()
         if not self.subnormals:
-            invalid |= (k == 0)  # no zero in the format
+            invalid |= (mag == 0)  # no zero in the format
         if not self.signed:
             invalid |= sign & (mag != 0)
         if invalid.any():
