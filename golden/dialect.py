@@ -59,6 +59,10 @@ FORMATBOOK.setflags(write=False)
 #: Stored shared-exponent field minus this is the unbiased scale exponent (15 + 2).
 SE_BIAS = 17
 N_DIALECTS = FORMATBOOK.shape[0]
+_FIRST_DIFF = int(np.flatnonzero((FORMATBOOK != FORMATBOOK[0]).any(axis=0))[0])
+#: Scaled magnitudes below this quantize to the same value in every dialect: the midpoint
+#: between the last shared value and the smallest next one (2.0 and d15's 2.5: 2.25).
+SHARED_BELOW = float(FORMATBOOK[0, _FIRST_DIFF - 1] + FORMATBOOK[:, _FIRST_DIFF].min()) / 4
 
 
 class DialectSelect(enum.Enum):
@@ -187,14 +191,20 @@ def select_mse(scaled_mag: np.ndarray) -> np.ndarray:
     """Dialect per block by exact squared error over all 16 dialects (ties: lower id).
 
     ``scaled_mag`` are exact magnitudes ``|x| / 2**SE``, shape ``(n, B)``.
+
+    Magnitudes below :data:`SHARED_BELOW` round to the same value in every dialect, so
+    their (common) error is left out: what remains is a sum of multiples of ``2**-18``
+    below ``2**12``, exact in float64 whatever the summation order. Summing every term
+    instead lets tiny elements round the float64 sums and break exact ties wrongly.
     """
     n = scaled_mag.shape[0]
+    differs = scaled_mag >= SHARED_BELOW
     best = np.full(n, np.inf)
     best_d = np.zeros(n, dtype=np.int64)
     for d in range(N_DIALECTS):
         dd = np.full(n, d)
         idx = quantize_index(scaled_mag, dd, unit=1)
-        err = np.sum((scaled_mag - 0.5 * FORMATBOOK[d][idx]) ** 2, axis=1)
+        err = np.sum(np.where(differs, scaled_mag - 0.5 * FORMATBOOK[d][idx], 0.0) ** 2, axis=1)
         better = err < best
         best = np.where(better, err, best)
         best_d = np.where(better, d, best_d)

@@ -67,6 +67,64 @@ def _check_special(v: float) -> None:
         raise ValueError(f"special value {v} is off the 0.5 grid (must be a multiple of 0.5)")
 
 
+def lowest_error(x, vals, errs) -> np.ndarray:
+    """Per block, the candidate with the lowest *exact* squared error, ties to the first.
+
+    Parameters
+    ----------
+    x : (n, B) float64
+        The input.
+    vals : sequence of (n, B) float64
+        Each candidate's dequantized values.
+    errs : (n, k) float64
+        Each candidate's ``sum((x - vals[c])**2)`` as rounded float64 sums: within
+        ``(B + 2) * 2**-53`` of the exact sums, relatively (plus underflow).
+
+    Returns
+    -------
+    (n,) uint8 candidate index.
+
+    Notes
+    -----
+    Where two candidates' rounded errors lie within twice that bound and their values
+    differ, exact integer arithmetic decides: rounding must not break an exact tie, or the
+    choice would depend on the summation order.
+    """
+    n, k = errs.shape
+    rows = np.arange(n)
+    best = np.argmin(errs, axis=1)  # the first of equal minima
+    e_best = errs[rows, best]
+    slack = (errs + e_best[:, None]) * ((x.shape[1] + 4) * 2.0 ** -52) + 2.0 ** -1000
+    near = np.abs(errs - e_best[:, None]) <= slack
+    near[rows, best] = False
+    r = np.flatnonzero(near.any(axis=1))
+    if r.size == 0:
+        return best.astype(np.uint8)
+    vb = np.stack(vals)[best[r], r]
+    for c in range(k):  # identical values have identical errors: nothing to decide
+        near[r, c] &= (vals[c][r] != vb).any(axis=1)
+    r = np.flatnonzero(near.any(axis=1))
+    if r.size == 0:
+        return best.astype(np.uint8)
+    ints = _exact_ints(np.stack([x[r]] + [v[r] for v in vals]))
+    xi, vi = ints[0], ints[1:]
+    sq = [((xi - vi[c]) ** 2).sum(axis=1) for c in range(k)]  # exact, in a common unit
+    for j, row in enumerate(r):
+        pool = [int(best[row])] + [c for c in range(k) if near[row, c]]
+        best[row] = min(pool, key=lambda c: (sq[c][j], c))
+    return best.astype(np.uint8)
+
+
+def _exact_ints(a: np.ndarray) -> np.ndarray:
+    """Finite float64 values as exact Python integers in one common unit (object array)."""
+    mant, exp = np.frexp(a)
+    m = (mant * 2.0 ** 53).astype(np.int64)  # exact: |mant| < 1 has 53 significant bits
+    e = exp.astype(np.int64) - 53
+    nz = m != 0
+    e0 = int(e[nz].min()) if nz.any() else 0
+    return m.astype(object) << np.where(nz, e - e0, 0).astype(object)  # Python ints
+
+
 def _fp32(x) -> np.ndarray:
     return np.asarray(x, dtype=_F32)
 
@@ -115,8 +173,8 @@ class _TwoLevelFP4(BlockFormat):
             return FP4_E2M1.encode(scaled), s_code, None
 
         x64 = np.asarray(xb, dtype=np.float64)
-        best_err = best_codes = best_scode = best_k = None
-        for k, v in enumerate(cands):
+        all_codes, all_scode, all_vals, errs = [], [], [], []
+        for v in cands:
             s_code, s_val, scaled = self._scale_pipeline(x32, amax, d32, max(6.0, abs(v)))
             c = FP4_E2M1.encode(scaled)
             q = FP4_E2M1.values[c]
@@ -126,16 +184,14 @@ class _TwoLevelFP4(BlockFormat):
             c = np.where(c == SPECIAL_CODE, np.uint8(ZERO_CODE), c)  # real zeros as -0
             c = np.where(use_v, np.uint8(SPECIAL_CODE), c)
             val = np.where(use_v, v, q) * (s_val.astype(np.float64) * float(d32))[:, None]
-            err = np.sum((x64 - val) ** 2, axis=1)
-            if best_err is None:
-                best_err, best_codes, best_scode = err, c, s_code
-                best_k = np.zeros(len(err), dtype=np.uint8)
-            else:
-                better = err < best_err  # ties keep the earlier candidate
-                best_err = np.where(better, err, best_err)
-                best_codes = np.where(better[:, None], c, best_codes)
-                best_scode = np.where(better, s_code, best_scode)
-                best_k = np.where(better, np.uint8(k), best_k)
+            all_codes.append(c)
+            all_scode.append(s_code)
+            all_vals.append(val)
+            errs.append(np.sum((x64 - val) ** 2, axis=1))
+        best_k = lowest_error(x64, all_vals, np.stack(errs, axis=1))
+        rows = np.arange(len(best_k))
+        best_codes = np.stack(all_codes)[best_k, rows]
+        best_scode = np.stack(all_scode)[best_k, rows]
         return best_codes.astype(np.uint8), self._pack_scale(best_scode, best_k), None
 
     def _pack_scale(self, s_code, cand_index):

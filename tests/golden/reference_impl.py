@@ -66,16 +66,30 @@ FORMATBOOK = [
 ]
 
 
+_FR_CACHE: dict = {}
+
+
+def _fractions(table) -> tuple:
+    key = tuple(table)
+    if key not in _FR_CACHE:
+        _FR_CACHE[key] = tuple(Fr(v) for v in table)
+    return _FR_CACHE[key]
+
+
 def nearest_index(mag, table, *, ties: str = "even") -> int:
     """Index of the value of the ascending ``table`` nearest to ``mag >= 0`` (exactly), by a
     linear scan; beyond the table's end the last index (saturation).
 
     ``ties``: ``"even"`` (the even index, i.e. the even code) or ``"up"`` (larger value).
     """
-    m = Fr(mag)
-    best, best_d = 0, abs(m - Fr(table[0]))
+    if isinstance(mag, int) and all(isinstance(t, int) for t in table):
+        m = mag  # exact integers as they are
+    else:
+        m = mag if isinstance(mag, Fr) else Fr(float(mag))
+        table = _fractions(table)
+    best, best_d = 0, abs(m - table[0])
     for i in range(1, len(table)):
-        d = abs(m - Fr(table[i]))
+        d = abs(m - table[i])
         if d < best_d or (d == best_d and (ties == "up" or i % 2 == 0)):
             best, best_d = i, d
     return best
@@ -237,7 +251,8 @@ def _dialect_nearest(mag: Fr, d: int) -> int:
 
 def dialect_block(x, *, select: str = "two-stage", count_tie: str = "even"):
     """One block: returns (codes, se_field, dialect, values, mag_trunc)."""
-    x16 = [f16(v) for v in np.asarray(x)]
+    with np.errstate(over="ignore"):
+        x16 = [f16(v) for v in np.asarray(x)]
     if any(not np.isfinite(v) for v in x16):
         raise RefError("beyond the FP16 range")
     bits = [int(np.array(v).view(np.uint16)) for v in x16]
@@ -260,10 +275,16 @@ def dialect_block(x, *, select: str = "two-stage", count_tie: str = "even"):
             dialect = 2 * pair + (1 if counts[1] >= counts[0] else 0)
         idx = [_dialect_nearest(Fr(t, 4), dialect) for t in trunc]
     else:
+        # Exact squared error in integers: every scaled FP16 magnitude is a multiple of
+        # 2**-38 (FP16's LSB 2**-24 over a scale of at most 2**14).
+        ints = [m * 2 ** 38 for m in mags]
+        assert all(v.denominator == 1 for v in ints)
+        ints = [int(v) for v in ints]
         best = None
         for d in range(16):
-            idx_d = [_dialect_nearest(m, d) for m in mags]
-            err = sum((m - Fr(FORMATBOOK[d][i], 2)) ** 2 for m, i in zip(mags, idx_d))
+            vals_d = [q << 37 for q in FORMATBOOK[d]]  # half units -> units of 2**-38
+            idx_d = [nearest_index(v, vals_d, ties="up") for v in ints]
+            err = sum((v - vals_d[i]) ** 2 for v, i in zip(ints, idx_d))
             if best is None or err < best[0]:
                 best = (err, d, idx_d)
         _, dialect, idx = best
