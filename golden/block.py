@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["BlockFormat", "Quantized", "InputError", "check_input"]
+__all__ = ["BlockFormat", "Quantized", "InputError", "check_input", "row_max", "row_sum"]
 
 #: Blocks handled per chunk: large enough to amortise NumPy call overhead, small enough to
 #: stay in cache-friendly sizes (2**16 blocks of 16 float64 is 8 MiB).
@@ -213,9 +213,9 @@ class BlockFormat(abc.ABC):
         out = np.empty((n, self.block_size), dtype=np.float64)
 
         def work(lo, hi):
-            out[lo:hi] = self._dequantize_blocks(
+            self._dequantize_into(
                 codes[lo:hi], None if scales is None else scales[lo:hi],
-                None if meta is None else meta[lo:hi], ctx)
+                None if meta is None else meta[lo:hi], ctx, out[lo:hi])
 
         self._run_chunks(n, work)
         return out.reshape(q.shape)
@@ -245,6 +245,10 @@ class BlockFormat(abc.ABC):
     def _dequantize_blocks(self, codes, scales, meta, ctx) -> np.ndarray:
         """Dequantize a chunk to float64 ``(n, block_size)``."""
 
+    def _dequantize_into(self, codes, scales, meta, ctx, out: np.ndarray) -> None:
+        """Dequantize a chunk into ``out`` (formats override this to skip a copy)."""
+        out[...] = self._dequantize_blocks(codes, scales, meta, ctx)
+
     # ----------------------------------------------------------------- helpers
     def _run_chunks(self, n_blocks: int, work) -> None:
         step = max(1, CHUNK_ELEMENTS // self.block_size)
@@ -257,6 +261,24 @@ class BlockFormat(abc.ABC):
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
             for f in [pool.submit(work, lo, hi) for lo, hi in bounds]:
                 f.result()
+
+
+def row_max(a: np.ndarray) -> np.ndarray:
+    """``a.max(axis=1)`` of a 2-d array, one column at a time: NumPy reduces short
+    contiguous rows one by one, which costs several times more for blocks of 16."""
+    m = a[:, 0].copy()
+    for j in range(1, a.shape[1]):
+        np.maximum(m, a[:, j], out=m)
+    return m
+
+
+def row_sum(a: np.ndarray) -> np.ndarray:
+    """``a.sum(axis=1)`` of a 2-d array, one column at a time (left to right, so float
+    sums round in that order; exact where every partial sum is representable)."""
+    s = a[:, 0].copy()
+    for j in range(1, a.shape[1]):
+        np.add(s, a[:, j], out=s)
+    return s
 
 
 def tensor_amax(flat: np.ndarray) -> np.float32:

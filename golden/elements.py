@@ -279,13 +279,17 @@ class FloatFormat:
         Negative input to an unsigned format and zero input to a format without zero
         (E8M0) give the NaN code, as OCP E8M0 and ``ml_dtypes`` do.
         """
-        a = _as_float64(x)
-        if (self.bits <= 8 and self.signed and self.subnormals
+        a = np.asarray(x)
+        if a.dtype.kind not in "fiu":
+            raise TypeError(f"expected a real numeric array, got dtype {a.dtype}")
+        if (self.bits <= 8 and self.subnormals
                 and rounding is Rounding.NEAREST_EVEN
                 and (saturate or self.specials is Specials.NONE)
-                and not np.isnan(a).any()):
+                and not (a.dtype.kind == "f" and np.isnan(a).any())
+                and (self.signed or not (a < 0).any())):
             return self._encode_rne_table(a)
-        return self._encode_general(a, rounding=rounding, saturate=saturate)
+        return self._encode_general(a.astype(np.float64, copy=False), rounding=rounding,
+                                    saturate=saturate)
 
     def _encode_general(self, a: np.ndarray, *, rounding: Rounding, saturate: bool) -> np.ndarray:
         """Field-by-field encode (any rounding, width and specials policy)."""
@@ -342,29 +346,85 @@ class FloatFormat:
 
     @functools.cached_property
     def _rne_table(self):
-        """Magnitude-ordered codes, the midpoints between neighbours, and which way a tie
-        at each midpoint goes (to the even code)."""
+        """Midpoints between magnitude-adjacent codes (float64, and float32 where every
+        midpoint is exact in it) and whether a tie at each goes up (to the even code)."""
         mags = np.arange(self.max_code + 1)
         vals = self.values[mags]
-        order = np.argsort(vals, kind="stable")
-        if not np.array_equal(order, mags):
+        if not np.all(np.diff(vals) > 0):
             raise AssertionError(f"{self.name}: codes are not monotonic in magnitude")
         mids = (vals[:-1] + vals[1:]) / 2.0  # exact in float64 for <= 8-bit formats
         tie_up = (mags[1:] & 1) == 0
-        return mags.astype(self.dtype), mids, tie_up
+        mids32 = mids.astype(np.float32)
+        if not np.array_equal(mids32, mids):
+            mids32 = None
+        return mids, mids32, tie_up
+
+    #: Up to this many midpoints, counting comparisons beats a binary search.
+    _COMPARE_MAX = 15
+
+    @functools.cached_property
+    def _rne_lut32(self):
+        """Table for float32 input: the code as a function of the sign, exponent and top
+        ``man_bits + 1`` mantissa bits of the input, and of whether any lower bit is set.
+
+        Valid because every midpoint lies on that grid: the code is constant on each
+        grid point and on each open interval between grid points. Built with the general
+        encoder (so it inherits its exactness); ``None`` if some midpoint is off the grid.
+        """
+        shift = 23 - (self.man_bits + 1)
+        mids32 = self._rne_table[1]
+        if shift < 1 or mids32 is None or (mids32.view(np.uint32) & ((1 << shift) - 1)).any():
+            return None
+        grid = np.arange(1 << (32 - shift), dtype=np.uint64) << np.uint64(shift)
+        lut = np.zeros(2 * len(grid), dtype=self.dtype)
+        for sticky in (0, 1):
+            with np.errstate(invalid="ignore"):
+                x = (grid | np.uint64(sticky)).astype(np.uint32).view(np.float32).astype(np.float64)
+            ok = ~np.isnan(x)  # NaN input never reaches the table
+            if not self.signed:
+                x = np.abs(x)  # negative input never reaches it either (-0 does: code 0)
+            lut[sticky::2][ok] = self._encode_general(x[ok], rounding=Rounding.NEAREST_EVEN,
+                                                      saturate=True)
+        lut.setflags(write=False)
+        return shift, lut
 
     def _encode_rne_table(self, a: np.ndarray) -> np.ndarray:
-        """Ties-to-even, saturating encode of NaN-free input by binary search over the
-        midpoints; bit-identical to the general path (tested exhaustively)."""
-        mags, mids, tie_up = self._rne_table
+        """Ties-to-even, saturating encode of NaN-free input (Inf saturates; an unsigned
+        format gets no negative input but -0): the magnitude
+        code is the number of midpoints below the magnitude, a midpoint itself counting
+        when its tie goes up. Bit-identical to the general path (tested exhaustively).
+
+        float16/float32 input is compared in float32 where every midpoint is exact there,
+        so no float64 copy is made.
+        """
+        mids, mids32, tie_up = self._rne_table
+        if a.dtype.kind == "f" and a.itemsize <= 4 and mids32 is not None:
+            mids = mids32
+            a = a.astype(np.float32, copy=False)
+        else:
+            a = a.astype(np.float64, copy=False)
         mag = np.abs(a)
-        idx = np.searchsorted(mids, mag, side="left")
-        at = np.minimum(idx, len(mids) - 1)
-        idx += (mids[at] == mag) & tie_up[at]
-        code = mags[idx]
-        neg = np.signbit(a)
-        if neg.any():
-            code = np.where(neg, code | np.uint8(self.sign_mask), code)
+        if mids.dtype == np.float32 and len(mids) > self._COMPARE_MAX and self._rne_lut32 is not None:
+            shift, lut = self._rne_lut32
+            bits = a.view(np.uint32)
+            key = (bits >> np.uint32(shift - 1)) & np.uint32(~1 & 0xFFFFFFFF)
+            key |= (bits & np.uint32((1 << shift) - 1)) != 0
+            return lut[key]
+        if len(mids) <= self._COMPARE_MAX:
+            code = np.zeros(mag.shape, dtype=np.uint8)
+            hit = np.empty(mag.shape, dtype=bool)
+            for m, up in zip(mids.tolist(), tie_up.tolist()):
+                (np.greater_equal if up else np.greater)(mag, mids.dtype.type(m), out=hit)
+                code += hit
+        else:
+            idx = np.searchsorted(mids, mag, side="left")
+            at = np.minimum(idx, len(mids) - 1)
+            idx += (mids[at] == mag) & tie_up[at]
+            code = idx.astype(self.dtype)
+        if self.signed:
+            neg = np.signbit(a)
+            if neg.any():
+                code |= neg.view(np.uint8) << np.uint8(self.bits - 1)
         return code.astype(self.dtype, copy=False)
 
     def quantize(self, x, **kwargs) -> np.ndarray:

@@ -17,12 +17,13 @@ RaZeR (Sec. 4.1-4.2; the project's `razer` convention, see docs/formats.md): the
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, tensor_amax
+from .block import BlockFormat, row_max, row_sum, tensor_amax
 from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 _F32 = np.float32
+#: FP4 E2M1 value of every code (float64), the dequantizer's table.
+_FP4_VALUES = FP4_E2M1.values
 #: FP4 code that RaZeR remaps to the block's special value (+0).
 SPECIAL_CODE = 0b0000
 #: FP4 code that holds a real zero in RaZeR blocks (-0).
@@ -67,18 +70,23 @@ def _check_special(v: float) -> None:
         raise ValueError(f"special value {v} is off the 0.5 grid (must be a multiple of 0.5)")
 
 
-def lowest_error(x, vals, errs) -> np.ndarray:
+def _lowest_error(errs, slack, values, x_rows, same=None) -> np.ndarray:
     """Per block, the candidate with the lowest *exact* squared error, ties to the first.
 
     Parameters
     ----------
-    x : (n, B) float64
-        The input.
-    vals : sequence of (n, B) float64
-        Each candidate's dequantized values.
-    errs : (n, k) float64
-        Each candidate's ``sum((x - vals[c])**2)`` as rounded float64 sums: within
-        ``(B + 2) * 2**-53`` of the exact sums, relatively (plus underflow).
+    errs : k arrays (n,) float64
+        Each candidate's squared error per block (up to a per-block offset common to all
+        candidates), as rounded float64 sums.
+    slack : k arrays (n,) float64
+        A bound on each one's rounding error.
+    values : callable ``(c, rows) -> (len(rows), B) float64``
+        Candidate ``c``'s dequantized values in those blocks (exact products).
+    x_rows : callable ``rows -> (len(rows), B) float64``
+        The input in those blocks.
+    same : k arrays (n,) int, optional
+        Candidates with equal entries in a block are known to have identical values there
+        (and bitwise equal ``errs``), so they need no check.
 
     Returns
     -------
@@ -86,33 +94,54 @@ def lowest_error(x, vals, errs) -> np.ndarray:
 
     Notes
     -----
-    Where two candidates' rounded errors lie within twice that bound and their values
-    differ, exact integer arithmetic decides: rounding must not break an exact tie, or the
-    choice would depend on the summation order.
+    Where another candidate's rounded error lies within the two bounds of the smallest and
+    its values differ, exact integer arithmetic decides: rounding must not break an exact
+    tie, or the choice would depend on the summation order. Identical values have
+    identical errors, computed identically, so the first of them is already the smallest.
     """
-    n, k = errs.shape
-    rows = np.arange(n)
-    best = np.argmin(errs, axis=1)  # the first of equal minima
-    e_best = errs[rows, best]
-    slack = (errs + e_best[:, None]) * ((x.shape[1] + 4) * 2.0 ** -52) + 2.0 ** -1000
-    near = np.abs(errs - e_best[:, None]) <= slack
-    near[rows, best] = False
-    r = np.flatnonzero(near.any(axis=1))
+    k, n = len(errs), len(errs[0])
+    best = np.zeros(n, dtype=np.uint8)
+    e_best, s_best = errs[0].copy(), slack[0].copy()
+    g_best = None if same is None else same[0].copy()
+    for c in range(1, k):  # the first of equal minima
+        better = errs[c] < e_best
+        np.copyto(best, c, where=better)
+        np.copyto(e_best, errs[c], where=better)
+        np.copyto(s_best, slack[c], where=better)
+        if same is not None:
+            np.copyto(g_best, same[c], where=better)
+    cols, any_near = [], np.zeros(n, dtype=bool)
+    for c in range(k):
+        nc = np.abs(errs[c] - e_best) <= slack[c] + s_best
+        nc &= best != c
+        if same is not None:
+            nc &= same[c] != g_best
+        cols.append(nc)
+        any_near |= nc
+    r = np.flatnonzero(any_near)
     if r.size == 0:
-        return best.astype(np.uint8)
-    vb = np.stack(vals)[best[r], r]
-    for c in range(k):  # identical values have identical errors: nothing to decide
-        near[r, c] &= (vals[c][r] != vb).any(axis=1)
-    r = np.flatnonzero(near.any(axis=1))
+        return best
+    near = np.zeros((n, k), dtype=bool)
+    for c in range(k):
+        near[r, c] = cols[c][r]
+    vals = [values(c, r) for c in range(k)]
+    vb = np.stack(vals)[best[r], np.arange(r.size)]
+    same_r = np.stack([(vals[c] == vb).all(axis=1) for c in range(k)], axis=1)
+    # Identical values tie exactly: the first of them. Other near ones need exact sums.
+    for c in range(k):
+        first = near[r, c] & same_r[:, c] & (c < best[r])
+        best[r[first]] = c
+    keep = (near[r] & ~same_r).any(axis=1)
+    r, near_r = r[keep], near[r[keep]] & ~same_r[keep]
     if r.size == 0:
-        return best.astype(np.uint8)
-    ints = _exact_ints(np.stack([x[r]] + [v[r] for v in vals]))
+        return best
+    ints = _exact_ints(np.stack([x_rows(r)] + [v[keep] for v in vals]))
     xi, vi = ints[0], ints[1:]
     sq = [((xi - vi[c]) ** 2).sum(axis=1) for c in range(k)]  # exact, in a common unit
     for j, row in enumerate(r):
-        pool = [int(best[row])] + [c for c in range(k) if near[row, c]]
+        pool = [int(best[row])] + [c for c in range(k) if near_r[j, c]]
         best[row] = min(pool, key=lambda c: (sq[c][j], c))
-    return best.astype(np.uint8)
+    return best
 
 
 def _exact_ints(a: np.ndarray) -> np.ndarray:
@@ -123,6 +152,35 @@ def _exact_ints(a: np.ndarray) -> np.ndarray:
     nz = m != 0
     e0 = int(e[nz].min()) if nz.any() else 0
     return m.astype(object) << np.where(nz, e - e0, 0).astype(object)  # Python ints
+
+
+def _row_amax(x: np.ndarray) -> np.ndarray:
+    """Largest magnitude of each row."""
+    return row_max(np.abs(x))
+
+
+@functools.lru_cache(maxsize=None)
+def _special_window(v: float) -> tuple[float, float] | None:
+    """Open interval of scaled values whose nearest value in FP4 ∪ {v} is ``v`` (ties go
+    to FP4): between the midpoints to v's FP4 neighbours; None where v is an FP4 value.
+
+    Equivalent to the definition ``|s - v| < |s - FP4(s)|`` (FP4 saturating at +-6); the
+    ends are multiples of 0.25, exact in FP32.
+    """
+    grid = sorted({float(m) for m in FP4_E2M1.finite_magnitudes} |
+                  {-float(m) for m in FP4_E2M1.finite_magnitudes})
+    if v in grid:
+        return None
+    below, above = [g for g in grid if g < v], [g for g in grid if g > v]
+    lo = (below[-1] + v) / 2 if below else -np.inf
+    hi = (v + above[0]) / 2 if above else np.inf
+    return float(lo), float(hi)
+
+
+#: Relative rounding bound of a float64 sum of squared differences of ``n`` terms is below
+#: ``(n + 2) * 2**-53``; twice that, plus an absolute term for underflow.
+def _sum_slack(magnitude: np.ndarray, n_terms: int) -> np.ndarray:
+    return magnitude * ((n_terms + 4) * 2.0 ** -52) + 2.0 ** -1000
 
 
 def _fp32(x) -> np.ndarray:
@@ -158,41 +216,106 @@ class _TwoLevelFP4(BlockFormat):
         s_code = self.scale_format.encode(arg)
         s_val = _fp32(self.scale_format.values[s_code])
         denom = d32 * s_val  # FP32 product
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             scaled = x32 / denom[:, None]
-        scaled = np.where(denom[:, None] > 0, scaled, _F32(0.0))
+        zero = ~(denom > 0)
+        if zero.any():
+            np.copyto(scaled, _F32(0.0), where=zero[:, None])  # scale 0: the block holds zeros
         return s_code, s_val, scaled
 
     def _quantize_blocks(self, xb, ctx):
         d32 = ctx["tensor_scale"]
         x32 = _fp32(xb)
-        amax = np.max(np.abs(x32), axis=1)
+        amax = _row_amax(x32)
         cands = self._candidates()
         if not cands:
             s_code, _, scaled = self._scale_pipeline(x32, amax, d32, 6.0)
-            return FP4_E2M1.encode(scaled), s_code, None
+            return FP4_E2M1._encode_rne_table(scaled), s_code, None
+        return self._choose_candidate(xb, x32, amax, d32, cands)
 
-        x64 = np.asarray(xb, dtype=np.float64)
-        all_codes, all_scode, all_vals, errs = [], [], [], []
-        for v in cands:
-            s_code, s_val, scaled = self._scale_pipeline(x32, amax, d32, max(6.0, abs(v)))
-            c = FP4_E2M1.encode(scaled)
-            q = FP4_E2M1.values[c]
-            s64 = scaled.astype(np.float64)
-            # A tie between v and an FP4 value goes to the FP4 value (strict <).
-            use_v = np.abs(s64 - v) < np.abs(s64 - q)
-            c = np.where(c == SPECIAL_CODE, np.uint8(ZERO_CODE), c)  # real zeros as -0
-            c = np.where(use_v, np.uint8(SPECIAL_CODE), c)
-            val = np.where(use_v, v, q) * (s_val.astype(np.float64) * float(d32))[:, None]
-            all_codes.append(c)
-            all_scode.append(s_code)
-            all_vals.append(val)
-            errs.append(np.sum((x64 - val) ** 2, axis=1))
-        best_k = lowest_error(x64, all_vals, np.stack(errs, axis=1))
-        rows = np.arange(len(best_k))
-        best_codes = np.stack(all_codes)[best_k, rows]
-        best_scode = np.stack(all_scode)[best_k, rows]
-        return best_codes.astype(np.uint8), self._pack_scale(best_scode, best_k), None
+    def _choose_candidate(self, xb, x32, amax, d32, cands):
+        """Every special-value candidate per block; the lowest exact squared error wins.
+
+        Candidates sharing a scale target (``+v`` and ``-v``) share the scaled block and its
+        FP4 codes, so their errors differ only where one of them uses its special value:
+        those few elements are summed sparsely. Candidates of different targets also
+        compare their full FP4 errors at each scale. :func:`_lowest_error` settles
+        near-ties exactly.
+        """
+        n, bs = x32.shape
+        k_all = len(cands)
+        d64 = float(d32)
+        groups: dict[float, list[int]] = {}
+        for k, v in enumerate(cands):
+            groups.setdefault(max(6.0, abs(v)), []).append(k)
+        group_of = [0] * k_all
+        errs, slack, same = [None] * k_all, [None] * k_all, [None] * k_all
+        masks: list[np.ndarray | None] = [None] * k_all
+        per_group = []  # (scale code, zero-remapped FP4 codes, S = scale * D32 in float64)
+        xflat = np.asarray(xb).reshape(-1)
+        x64 = None
+        zeros = np.zeros(n)
+        for g, (target, ks) in enumerate(groups.items()):
+            s_code, s_val, scaled = self._scale_pipeline(x32, amax, d32, target)
+            c = FP4_E2M1._encode_rne_table(scaled)
+            big_s = s_val.astype(np.float64) * d64
+            base, base_slack = zeros, zeros
+            if len(groups) > 1:  # full FP4 error at this scale, input units
+                if x64 is None:
+                    x64 = np.asarray(xb, dtype=np.float64)
+                d = np.take(_FP4_VALUES, c)
+                d *= big_s[:, None]
+                np.subtract(x64, d, out=d)
+                np.square(d, out=d)
+                base = row_sum(d)
+                base_slack = _sum_slack(base, bs)
+            for k in ks:
+                group_of[k] = g
+                errs[k], slack[k] = base, base_slack
+                same[k] = np.full(n, g)
+                window = _special_window(cands[k])
+                if window is None:
+                    continue
+                lo, hi = window
+                m = scaled > _F32(lo)
+                if np.isfinite(hi):
+                    m &= scaled < _F32(hi)
+                masks[k] = m
+                flat = np.flatnonzero(m)
+                if flat.size:  # error change where the special value replaces FP4
+                    rows = flat // bs
+                    xs = xflat[flat].astype(np.float64)
+                    sr = big_s[rows]
+                    e_v = (xs - cands[k] * sr) ** 2
+                    e_q = (xs - _FP4_VALUES[c.reshape(-1)[flat]] * sr) ** 2
+                    errs[k] = base + np.bincount(rows, weights=e_v - e_q, minlength=n)
+                    slack[k] = base_slack + _sum_slack(
+                        np.bincount(rows, weights=e_v + e_q, minlength=n), bs)
+                    same[k][rows] = -1 - k
+            np.copyto(c, ZERO_CODE, where=c == SPECIAL_CODE)  # real zeros as -0
+            per_group.append((s_code, c, big_s))
+
+        def values(k, rows):
+            _, c, big_s = per_group[group_of[k]]
+            q = _FP4_VALUES[c[rows]]
+            if masks[k] is not None:
+                q[masks[k][rows]] = cands[k]
+            return q * big_s[rows][:, None]
+
+        best = _lowest_error(errs, slack, values,
+                             lambda rows: np.asarray(xb[rows], dtype=np.float64), same)
+        s_code, codes, _ = per_group[0]
+        if len(per_group) > 1:
+            bg = np.asarray(group_of)[best]
+            for g in range(1, len(per_group)):
+                sel = bg == g
+                if sel.any():
+                    s_code = np.where(sel, per_group[g][0], s_code)
+                    np.copyto(codes, per_group[g][1], where=sel[:, None])
+        for k in range(k_all):
+            if masks[k] is not None:
+                np.copyto(codes, SPECIAL_CODE, where=(best == k)[:, None] & masks[k])
+        return codes, self._pack_scale(s_code, best), None
 
     def _pack_scale(self, s_code, cand_index):
         raise NotImplementedError
@@ -202,12 +325,17 @@ class _TwoLevelFP4(BlockFormat):
         return scales, None
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):
+        out = np.empty(codes.shape, dtype=np.float64)
+        self._dequantize_into(codes, scales, meta, ctx, out)
+        return out
+
+    def _dequantize_into(self, codes, scales, meta, ctx, out):
         s_code, special = self._unpack_scale(scales)
         s = self.scale_format.values[s_code] * float(ctx["tensor_scale"])
-        q = FP4_E2M1.values[codes]
+        np.take(_FP4_VALUES, codes, out=out, mode="clip")  # "raise" would buffer
         if special is not None:
-            q = np.where(codes == SPECIAL_CODE, special[:, None], q)
-        return q * s[:, None]
+            np.copyto(out, special[:, None], where=codes == SPECIAL_CODE)
+        out *= s[:, None]
 
     @property
     def bits_per_element(self) -> float:
@@ -320,16 +448,28 @@ class MXFP4(BlockFormat):
     reference: ClassVar[str] = "OCP Microscaling Formats (MX) v1.0, Sec. 5-6"
 
     def _quantize_blocks(self, xb, ctx):
-        x = np.asarray(xb, dtype=np.float64)
-        amax = np.max(np.abs(x), axis=1)
+        x = np.asarray(xb)
+        amax = row_max(np.abs(x))
         _, p = np.frexp(amax)
         e = np.where(amax > 0, p.astype(np.int64) - 1 - 2, -127)
         e = np.clip(e, -127, 127)
-        codes = FP4_E2M1.encode(np.ldexp(x, -e[:, None]))
+        if x.dtype.itemsize <= 4:
+            # x * 2**-e in FP32 is exact but where it falls below FP32's normal range, and
+            # such values (< 2**-126) round to a signed FP4 zero either way.
+            scaled = x.astype(np.float32, copy=False) * np.exp2(-e).astype(np.float32)[:, None]
+        else:
+            scaled = np.ldexp(x.astype(np.float64, copy=False), -e[:, None])
+        codes = FP4_E2M1._encode_rne_table(scaled)
         return codes, (e + E8M0.bias).astype(np.uint8), None
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):
-        return np.ldexp(FP4_E2M1.values[codes], scales.astype(np.int64)[:, None] - E8M0.bias)
+        out = np.empty(codes.shape, dtype=np.float64)
+        self._dequantize_into(codes, scales, meta, ctx, out)
+        return out
+
+    def _dequantize_into(self, codes, scales, meta, ctx, out):
+        np.take(_FP4_VALUES, codes, out=out, mode="clip")  # "raise" would buffer
+        out *= np.exp2(scales.astype(np.int64) - E8M0.bias)[:, None]  # exact powers of two
 
     @property
     def bits_per_element(self) -> float:

@@ -297,3 +297,27 @@ def test_format_validation_messages():
         FP4_E2M1.decode([16])
     with pytest.raises(ValueError, match="no NaN code"):
         FP4_E2M1.encode([np.nan])
+
+
+@pytest.mark.parametrize("fmt", [f for f in SMALL_FLOATS if f.subnormals], ids=lambda f: f.name)
+def test_float32_fast_paths_equal_field_path(fmt, rng):
+    """float32 input takes the comparison (<= 15 midpoints) or the bit-pattern table path;
+    both must equal the general field-by-field path on every probe value (and on the
+    float32 neighbours of every table grid point near the format's range)."""
+    x = probe_values(fmt, rng)
+    if fmt._rne_lut32 is not None:
+        shift = fmt._rne_lut32[0]
+        lo = np.log2(fmt.min_value) - 2
+        grid = (np.exp2(np.arange(lo, np.log2(fmt.max_value) + 2, 2.0 ** -6))).astype(np.float32)
+        g = (grid.view(np.uint32) >> shift) << shift
+        x = np.concatenate([x, g.view(np.float32), (g + 1).view(np.float32),
+                            (g - 1).view(np.float32)])
+    if not fmt.signed:
+        x = np.abs(x)
+    want = fmt._encode_general(x.astype(np.float64), rounding=Rounding.NEAREST_EVEN,
+                               saturate=True)
+    assert np.array_equal(fmt._encode_rne_table(x), want)
+    assert np.array_equal(fmt.encode(x), want)
+    with np.errstate(over="ignore"):  # beyond FP16: Inf, which saturates
+        x16 = x.astype(np.float16)
+    assert np.array_equal(fmt.encode(x16), fmt.encode(x16.astype(np.float64)))
