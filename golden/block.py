@@ -31,9 +31,11 @@ import numpy as np
 
 __all__ = ["BlockFormat", "Quantized", "InputError", "check_input", "row_max", "row_sum"]
 
-#: Blocks handled per chunk: large enough to amortise NumPy call overhead, small enough to
-#: stay in cache-friendly sizes (2**16 blocks of 16 float64 is 8 MiB).
-CHUNK_ELEMENTS = 1 << 20
+#: Elements handled per chunk: large enough to amortise NumPy's per-call overhead, small
+#: enough that a chunk and its temporaries stay in a core's L2 cache (2**16 float32 is
+#: 256 KiB; measured fastest among 2**14..2**20 on the 2-core CI machine, see
+#: docs/performance.md).
+CHUNK_ELEMENTS = 1 << 16
 
 
 class InputError(ValueError):

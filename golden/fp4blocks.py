@@ -35,7 +35,7 @@ __all__ = [
 _F32 = np.float32
 #: FP4 E2M1 value of every code (float64), the dequantizer's table.
 _FP4_VALUES = FP4_E2M1.values
-#: FP4 code that RaZeR remaps to the block's special value (+0).
+#: FP4 code that RaZeR remaps to the block's special value (+0; the code relies on 0).
 SPECIAL_CODE = 0b0000
 #: FP4 code that holds a real zero in RaZeR blocks (-0).
 ZERO_CODE = 0b1000
@@ -292,7 +292,7 @@ class _TwoLevelFP4(BlockFormat):
                     slack[k] = base_slack + _sum_slack(
                         np.bincount(rows, weights=e_v + e_q, minlength=n), bs)
                     same[k][rows] = -1 - k
-            np.copyto(c, ZERO_CODE, where=c == SPECIAL_CODE)  # real zeros as -0
+            c |= (c == SPECIAL_CODE).view(np.uint8) * np.uint8(ZERO_CODE)  # real zeros as -0
             per_group.append((s_code, c, big_s))
 
         def values(k, rows):
@@ -304,6 +304,7 @@ class _TwoLevelFP4(BlockFormat):
 
         best = _lowest_error(errs, slack, values,
                              lambda rows: np.asarray(xb[rows], dtype=np.float64), same)
+        # Masked copies of uint8 are slow in NumPy: blend and clear with bit operations.
         s_code, codes, _ = per_group[0]
         if len(per_group) > 1:
             bg = np.asarray(group_of)[best]
@@ -311,10 +312,14 @@ class _TwoLevelFP4(BlockFormat):
                 sel = bg == g
                 if sel.any():
                     s_code = np.where(sel, per_group[g][0], s_code)
-                    np.copyto(codes, per_group[g][1], where=sel[:, None])
+                    codes ^= (codes ^ per_group[g][1]) & (sel.view(np.uint8) * np.uint8(0xFF))[:, None]
+        use = None
         for k in range(k_all):
             if masks[k] is not None:
-                np.copyto(codes, SPECIAL_CODE, where=(best == k)[:, None] & masks[k])
+                u = (best == k)[:, None] & masks[k]
+                use = u if use is None else (use | u)
+        if use is not None:
+            codes *= ~use  # SPECIAL_CODE is 0
         return codes, self._pack_scale(s_code, best), None
 
     def _pack_scale(self, s_code, cand_index):
@@ -332,9 +337,16 @@ class _TwoLevelFP4(BlockFormat):
     def _dequantize_into(self, codes, scales, meta, ctx, out):
         s_code, special = self._unpack_scale(scales)
         s = self.scale_format.values[s_code] * float(ctx["tensor_scale"])
-        np.take(_FP4_VALUES, codes, out=out, mode="clip")  # "raise" would buffer
-        if special is not None:
-            np.copyto(out, special[:, None], where=codes == SPECIAL_CODE)
+        if special is None:
+            np.take(_FP4_VALUES, codes, out=out, mode="clip")  # "raise" would buffer
+        else:
+            # One 16-entry table per candidate value: code 0 reads that value.
+            cands = sorted(set(self._candidates()))
+            tables = np.tile(_FP4_VALUES, (len(cands), 1))
+            tables[:, SPECIAL_CODE] = cands
+            which = np.searchsorted(cands, special).astype(np.uint16)
+            key = (which[:, None] << np.uint16(4)) | codes
+            np.take(tables.reshape(-1), key, out=out, mode="clip")
         out *= s[:, None]
 
     @property

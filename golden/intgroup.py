@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, InputError
+from .block import BlockFormat, InputError, row_max
 from .elements import int_format
 
 __all__ = ["IntGroup", "bitplanes", "plane_weights", "bitplane_matmul"]
@@ -55,7 +55,7 @@ class IntGroup(BlockFormat):
     def _quantize_blocks(self, xb, ctx):
         fmt = self.element
         x32 = np.asarray(xb, dtype=np.float32)
-        amax = np.max(np.abs(x32), axis=1)
+        amax = row_max(np.abs(x32))
         with np.errstate(over="ignore"):
             s16 = (amax / np.float32(fmt.max_int)).astype(np.float16)
         if not np.isfinite(s16).all():
@@ -63,15 +63,26 @@ class IntGroup(BlockFormat):
             raise InputError(f"int-group: group {i} has amax {amax[i]}, whose scale "
                              f"amax/{fmt.max_int} overflows FP16")
         s32 = s16.astype(np.float32)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.rint(x32 / s32[:, None])
-        r = np.where(s32[:, None] > 0, r, np.float32(0))
-        q = np.clip(r, fmt.min_int, fmt.max_int).astype(np.int64)
-        return fmt.from_int(q), s16.view(np.uint16), None
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = x32 / s32[:, None]
+        np.rint(r, out=r)
+        zero = ~(s32 > 0)
+        if zero.any():
+            np.copyto(r, np.float32(0), where=zero[:, None])  # scale 0: the group holds zeros
+        np.clip(r, fmt.min_int, fmt.max_int, out=r)
+        # bits <= 8: int8 holds every value; its byte is the two's-complement pattern.
+        codes = r.astype(np.int8).view(np.uint8) & np.uint8((1 << self.bits) - 1)
+        return codes, s16.view(np.uint16), None
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):
-        q = self.element.decode(codes).astype(np.float64)
-        return q * scales.view(np.float16).astype(np.float64)[:, None]
+        out = np.empty(codes.shape, dtype=np.float64)
+        self._dequantize_into(codes, scales, meta, ctx, out)
+        return out
+
+    def _dequantize_into(self, codes, scales, meta, ctx, out):
+        table = self.element.values.astype(np.float64)  # signed value of every code
+        np.take(table, codes, out=out, mode="clip")  # "raise" would buffer
+        out *= scales.view(np.float16).astype(np.float64)[:, None]
 
     def integers(self, q) -> np.ndarray:
         """Signed integer values of a :class:`~mactile.golden.block.Quantized`'s codes."""

@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from . import block as _block
 from .block import BlockFormat, InputError
 from .elements import FP8_E4M3
 
@@ -35,6 +36,17 @@ __all__ = [
     "nestedfp_split", "nestedfp_merge", "nestedfp_eligible", "NestedFP", "NestedFP8",
     "PAPER_THRESHOLD", "AUTHORS_THRESHOLD",
 ]
+
+def _amax(flat: np.ndarray) -> float:
+    """Largest magnitude in the input's own precision (chunked: no full-size temporary)."""
+    step = max(1, _block.CHUNK_ELEMENTS // max(1, flat.shape[-1]))
+    m = 0.0
+    for lo in range(0, flat.shape[0], step):
+        part = flat[lo:lo + step]
+        if part.size:
+            m = max(m, float(part.max()), -float(part.min()))
+    return m
+
 
 #: |w| limit of the paper's text (Sec. 4.2).
 PAPER_THRESHOLD = 1.75
@@ -59,26 +71,28 @@ def nestedfp_split(w) -> tuple[np.ndarray, np.ndarray]:
     ValueError
         If any word has the FP16 exponent MSB (bit 14) set, i.e. ``|w| >= 2`` or Inf/NaN.
     """
-    a = _fp16_bits(w).astype(np.uint32)
-    if (a & 0x4000).any():
+    a = _fp16_bits(w)
+    if (a & np.uint16(0x4000)).any():
         raise ValueError("nestedfp: |w| >= 2 (FP16 exponent MSB set); keep this layer in FP16")
-    lower = a & 0xFF
-    upper = ((a >> 8) & 0x80) | ((a >> 7) & 0x7F)
-    dropped = a & 0x7F
-    round_up = (dropped > 64) | ((dropped == 64) & ((upper & 1) == 1))
-    # Exponent 15 with mantissa 0b110 would round to 0x7F, the E4M3 NaN code.
-    round_up &= (upper & 0x7F) != 0x7E
-    upper = np.where(round_up, upper + 1, upper)
-    return upper.astype(np.uint8), lower.astype(np.uint8)
+    body = (a >> np.uint16(7)) & np.uint16(0x7F)  # exponent bits 13..10, mantissa 9..7
+    # Half to even on the 7 dropped bits: add 63 plus the kept LSB, carry into the body.
+    rounded = ((a & np.uint16(0x3FFF)) + np.uint16(0x3F) + (body & np.uint16(1))) >> np.uint16(7)
+    # Exponent 15 with mantissa 0b110 never rounds up (0x7F is the E4M3 NaN code).
+    rounded = np.where(body == 0x7E, body, rounded)
+    # An 8-bit add of the sign: a carry out of 0x7F runs into the sign bit, as in hardware.
+    upper = (rounded + ((a >> np.uint16(8)) & np.uint16(0x80))).astype(np.uint8)
+    return upper, a.astype(np.uint8)
 
 
 def nestedfp_merge(upper, lower) -> np.ndarray:
     """Reconstruct FP16 bit patterns (uint16) from the two byte planes."""
-    u = np.asarray(upper).astype(np.uint32)
-    lo = np.asarray(lower).astype(np.uint32)
-    sub = (u & 1) ^ (lo >> 7)
-    field = ((u - sub) >> 1) & 0x3F
-    return ((((u & 0x80) | field) << 8) | lo).astype(np.uint16)
+    u = np.asarray(upper).astype(np.uint8, copy=False)
+    lo = np.asarray(lower).astype(np.uint8, copy=False)
+    sub = (u & np.uint8(1)) ^ (lo >> np.uint8(7))
+    field = ((u - sub) >> np.uint8(1)) & np.uint8(0x3F)  # u - sub wraps at 0 like the hardware
+    word = ((u & np.uint8(0x80)) | field).astype(np.uint16) << np.uint16(8)
+    word |= lo
+    return word
 
 
 def nestedfp_eligible(w, threshold: float = PAPER_THRESHOLD) -> bool:
@@ -117,7 +131,10 @@ class NestedFP(BlockFormat):
         return np.empty((n_blocks, self.block_size), dtype=np.uint8)
 
     def _tensor_params(self, flat):
+        # FP16 rounding is monotone, so the largest rounded magnitude is the rounded largest.
         with np.errstate(over="ignore"):
+            if not np.float16(_amax(flat)) > self.threshold:
+                return {}
             big = np.abs(flat.astype(np.float16).astype(np.float32)) > self.threshold
         if big.any():
             i = np.unravel_index(int(np.argmax(big)), flat.shape)
@@ -133,6 +150,13 @@ class NestedFP(BlockFormat):
     def _dequantize_blocks(self, codes, scales, meta, ctx):
         return nestedfp_merge(codes, meta).view(np.float16).astype(np.float64)
 
+    def _dequantize_into(self, codes, scales, meta, ctx, out):
+        np.copyto(out, nestedfp_merge(codes, meta).view(np.float16))
+
+
+#: The FP8 view's value of every upper byte: E4M3 times 2**-8 (exact).
+_E4M3_TIMES_2_POW_M8 = np.ldexp(FP8_E4M3.values, -8)
+
 
 @dataclass(frozen=True, kw_only=True)
 class NestedFP8(NestedFP):
@@ -147,3 +171,6 @@ class NestedFP8(NestedFP):
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):
         return np.ldexp(FP8_E4M3.values[codes], -8)
+
+    def _dequantize_into(self, codes, scales, meta, ctx, out):
+        np.take(_E4M3_TIMES_2_POW_M8, codes, out=out, mode="clip")  # "raise" would buffer

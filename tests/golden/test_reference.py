@@ -376,3 +376,25 @@ def test_dialect_mse_exact_tie_is_not_broken_by_rounding():
                                    3.832578659057617e-05, 3.0100345611572266e-05]
     q = check_dialect(blk[None, :], select="mse")
     assert q.meta[0, 0] == 2  # d2 and d4 tie exactly: the lower id
+
+
+@pytest.mark.parametrize("name, kw", [("nvfp4", {}), ("mxfp4", {}), ("razer-act", {}), ("razer", {}),
+                                      ("dialectfp4", {}), ("dialectfp4", {"select": "mse"}),
+                                      ("int-group", {}), ("nestedfp", {}), ("nestedfp8", {})])
+def test_chunks_and_threads_do_not_change_results(name, kw, rng, monkeypatch):
+    """Blocks are independent and the tensor scale is computed once: chunk size and thread
+    count (MACTILE_THREADS) must not change a bit."""
+    from mactile.golden import block, get_format
+    x = distributions(rng, 32, 256)["student_t3"]
+    if name.startswith("nestedfp"):
+        x = np.clip(x * 0.2, -1.75, 1.75)
+    fmt = get_format(name, **kw)
+    want = fmt.quantize(x)
+    monkeypatch.setattr(block, "CHUNK_ELEMENTS", 512)
+    for threads in ("1", "3"):
+        monkeypatch.setenv("MACTILE_THREADS", threads)
+        got = fmt.quantize(x)
+        for a, b in ((want.codes, got.codes), (want.scales, got.scales), (want.meta, got.meta)):
+            assert (a is None and b is None) or np.array_equal(a, b)
+        assert want.tensor_scale == got.tensor_scale
+        assert np.array_equal(want.dequantize().view(np.uint64), got.dequantize().view(np.uint64))
