@@ -67,21 +67,24 @@ def build(name: str, opts: dict):
 def time_case(name, opts, rows, cols, repeat):
     fmt = build(name, opts)
     x = make_input(name, rows, cols)
-    tq, td = [], []
+    tq, td, cq, cd = [], [], [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         q = fmt.quantize(x)
-        t1 = time.perf_counter()
+        c1, t1 = time.process_time(), time.perf_counter()
         y = fmt.dequantize(q)
-        t2 = time.perf_counter()
+        c2, t2 = time.process_time(), time.perf_counter()
         tq.append(t1 - t0)
         td.append(t2 - t1)
+        cq.append(c1 - c0)
+        cd.append(c2 - c1)
         del q, y
-    return min(tq), min(td)
+    return min(tq), min(td), min(cq), min(cd)
 
 
 def memory_case(name, opts, rows, cols):
-    """Runs in a subprocess: peak extra bytes of quantize and of dequantize (tracemalloc)."""
+    """Runs in a subprocess: peak extra bytes (tracemalloc) of quantize, of dequantize, and
+    of both in a row with the quantized tensor kept (what ``roundtrip`` needs)."""
     import tracemalloc
 
     fmt = build(name, opts)
@@ -98,7 +101,14 @@ def memory_case(name, opts, rows, cols):
     tracemalloc.stop()
     del y
     return {"quantize_peak_bytes": peak_q, "dequantize_peak_bytes": peak_d,
-            "input_bytes": x.nbytes}
+            "both_peak_bytes": max(peak_q, base_d - base + peak_d), "input_bytes": x.nbytes}
+
+
+def _loadavg():
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def cpu_name() -> str:
@@ -137,19 +147,21 @@ def main(argv=None) -> int:
 
     n = args.rows * args.cols
     results = []
+    load_before = _loadavg()
     header = (f"{'format':<22} {'quantize':>9} {'dequant':>9} {'both':>9} {'target':>7} "
-              f"{'peak q':>7} {'peak dq':>7}")
-    print(f"golden throughput, {args.rows}x{args.cols} float32, M elements/s "
-          f"(best of {args.repeat}); peak extra memory in copies of the input; "
-          f"threads={_threads()}")
+              f"{'peak q':>7} {'peak dq':>7} {'peak':>6}")
+    print(f"golden throughput, {args.rows}x{args.cols} float32, M elements/s wall clock "
+          f"(best of {args.repeat}); peak extra memory in copies of the input (quantize, "
+          f"dequantize, both in a row); threads={_threads()}, load average {load_before}")
     print(header)
     print("-" * len(header))
     for label, name, opts, target in cases:
-        tq, td = time_case(name, opts, args.rows, args.cols, args.repeat)
+        tq, td, cq, cd = time_case(name, opts, args.rows, args.cols, args.repeat)
         row = {"format": label, "name": name, "options": opts,
                "quantize_melem_s": n / tq / 1e6, "dequantize_melem_s": n / td / 1e6,
                "both_melem_s": n / (tq + td) / 1e6, "target_both_melem_s": target,
-               "quantize_s": tq, "dequantize_s": td}
+               "quantize_s": tq, "dequantize_s": td,
+               "quantize_cpu_s": cq, "dequantize_cpu_s": cd}
         if not args.no_memory:
             out = subprocess.run(
                 [sys.executable, __file__, "--rows", str(args.rows), "--cols", str(args.cols),
@@ -157,21 +169,24 @@ def main(argv=None) -> int:
                 capture_output=True, text=True, check=True, env=os.environ.copy())
             mem = json.loads(out.stdout.strip().splitlines()[-1])
             row.update(mem)
-            row["quantize_peak_copies"] = mem["quantize_peak_bytes"] / mem["input_bytes"]
-            row["dequantize_peak_copies"] = mem["dequantize_peak_bytes"] / mem["input_bytes"]
+            for phase in ("quantize", "dequantize", "both"):
+                row[f"{phase}_peak_copies"] = mem[f"{phase}_peak_bytes"] / mem["input_bytes"]
         results.append(row)
         tgt = f"{target:.0f}" if target else "-"
-        pq = f"{row['quantize_peak_copies']:.2f}" if "quantize_peak_copies" in row else "-"
-        pd = f"{row['dequantize_peak_copies']:.2f}" if "dequantize_peak_copies" in row else "-"
+        pk = [f"{row[f'{p}_peak_copies']:.2f}" if f"{p}_peak_copies" in row else "-"
+              for p in ("quantize", "dequantize", "both")]
         print(f"{label:<22} {row['quantize_melem_s']:>9.1f} {row['dequantize_melem_s']:>9.1f} "
-              f"{row['both_melem_s']:>9.1f} {tgt:>7} {pq:>7} {pd:>7}", flush=True)
+              f"{row['both_melem_s']:>9.1f} {tgt:>7} {pk[0]:>7} {pk[1]:>7} {pk[2]:>6}",
+              flush=True)
 
     record = {
         "benchmark": "benchmarks/golden_throughput.py",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": _threads(),
         "numpy": np.__version__, "python": platform.python_version(),
-        "machine_note": "shared machine: other jobs may have run at the same time",
+        "load_average_before": load_before, "load_average_after": _loadavg(),
+        "machine_note": "shared machine: other jobs may have run at the same time; "
+                        "M elements/s are wall clock, *_cpu_s the process CPU time",
         "shape": [args.rows, args.cols], "dtype": "float32", "repeat": args.repeat,
         "max_extra_copies_target": MAX_EXTRA_COPIES,
         "results": results,
