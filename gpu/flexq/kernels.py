@@ -16,7 +16,7 @@ import numpy as np
 
 from mactile.golden.block import InputError
 
-from .. import _cuda
+from .. import prebuilt, runtime
 from .codegen import schedule_source
 from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes
 
@@ -93,8 +93,39 @@ def _source(singles: str) -> str:
                                                        singles=singles)))
 
 
-def _kernel(singles: str, name: str):
-    return _cuda.compile_module(_source(singles), (name,)).get_function(name)
+def _kernel(singles: str, name: str, smem: int = 0):
+    return prebuilt.get_kernel(_source(singles), name, max_dynamic_smem=smem)
+
+
+def _gemm_name(q: int, cfg: GemmConfig, out: str) -> str:
+    return (f"flexq::flexq_gemm<{WEIGHT_BITS}, {q}, {cfg.mt}, {cfg.rt}, {cfg.wr}, {cfg.wk}, "
+            f"{cfg.u}, {OUT_KINDS[out]}>")
+
+
+#: Kernel shapes the tests and the benchmark sweep use besides :func:`choose_config`'s.
+TEST_CONFIGS = ((1, 1, 1, 8, 4), (2, 2, 2, 3, 2), (4, 1, 4, 2, 1), (8, 1, 2, 4, 1), (8, 2, 1, 5, 3))
+SWEEP_CONFIGS = ((8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1), (1, 1, 1, 4, 4),
+                 (1, 2, 1, 8, 2), (1, 1, 2, 4, 4), (4, 1, 1, 8, 2), (2, 1, 2, 4, 4))
+
+
+def prebuilt_jobs():
+    """(source, names) for :mod:`mactile.gpu.prebuilt`: every instantiation used by the
+    tests and benchmarks."""
+    defaults = [choose_config(m, 4096, 32) for m in (1, 16, 32, 64)]
+    tests = [GemmConfig(*c) for c in TEST_CONFIGS]
+    sweep = [GemmConfig(*c) for c in SWEEP_CONFIGS]
+    quant = [f"flexq::flexq_quantize_pack<{b}, {t}>" for b, t in ((6, 8), (8, 8), (6, 16))]
+    jobs = []
+    for singles in ("k128", "k256"):
+        names = list(quant)
+        for q in ACT_BITS:
+            names += [_gemm_name(q, c, "int") for c in defaults + tests]
+            names += [_gemm_name(q, c, "float16") for c in defaults]
+            if singles == "k128":
+                names += [_gemm_name(q, c, "float32") for c in defaults]
+                names += [_gemm_name(q, c, "float16") for c in sweep]
+        jobs.append((_source(singles), names))
+    return jobs
 
 
 def _check_fp16_matrix(cp, x, what: str):
@@ -111,13 +142,16 @@ def _check_fp16_matrix(cp, x, what: str):
 
 
 def quantize_pack(x, *, bits: int, tile: int, rows_pad: int | None = None,
-                  check_finite: bool = True, singles: str = "k128") -> GpuPlanes:
+                  check_finite: bool = True, singles: str = "k128", into: GpuPlanes | None = None,
+                  flag=None) -> GpuPlanes:
     """Quantize FP16 rows per group of 128 to ``bits`` (golden IntGroup, bit-exact) and pack.
 
     ``tile=8`` gives the activation layout, ``tile=16`` the weight layout. With
     ``check_finite`` a NaN/Inf input raises :class:`InputError` (one device sync).
+    ``into``/``flag``: preallocated buffers (so that the call allocates nothing, e.g. inside
+    a CUDA graph); ``flag`` is an int32 (1,) array that the kernel ORs 1 into on NaN/Inf.
     """
-    cp = _cuda.require()
+    cp = runtime.require_cupy()
     if bits not in (6, 8):
         raise ValueError(f"flexq: bits must be 6 or 8, got {bits}")
     if tile not in (WEIGHT_TILE, ACT_TILE):
@@ -129,15 +163,27 @@ def quantize_pack(x, *, bits: int, tile: int, rows_pad: int | None = None,
     if rp < rows or rp % tile:
         raise ValueError(f"flexq: rows_pad {rp} must be >= {rows} and a multiple of {tile}")
     words = bits * tile // 8
-    planes = cp.empty((rp // tile, g, 32, words), dtype=cp.uint32)
-    scales = cp.empty((g, rp), dtype=cp.float16)
-    flag = cp.zeros(1, dtype=cp.int32)
+    if into is not None:
+        if (into.planes.shape != (rp // tile, g, 32, words) or into.scales.shape != (g, rp)
+                or into.bits != bits or into.tile != tile):
+            raise ValueError("flexq: 'into' planes do not match this input")
+        planes, scales = into.planes, into.scales
+    else:
+        planes = cp.empty((rp // tile, g, 32, words), dtype=cp.uint32)
+        scales = cp.empty((g, rp), dtype=cp.float16)
+    if flag is None:
+        flag = cp.zeros(1, dtype=cp.int32)
+    elif check_finite:
+        flag.fill(0)
     fn = _kernel(singles, f"flexq::flexq_quantize_pack<{bits}, {tile}>")
     warps = rp * g
     fn(((warps + 7) // 8,), (256,),
        (x, np.int32(rows), np.int32(k), np.int32(x.shape[1]), np.int32(rp), planes, scales, flag))
     if check_finite and int(flag.get()[0]):
         raise InputError("flexq: input holds NaN or Inf")
+    if into is not None:
+        into.rows = rows
+        return into
     return GpuPlanes(planes, scales, rows, k, bits, tile)
 
 
@@ -154,7 +200,7 @@ class FlexQLinear:
     """
 
     def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128"):
-        cp = _cuda.require()
+        cp = runtime.require_cupy()
         if act_bits not in ACT_BITS:
             raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {act_bits}")
         if singles not in ("k128", "k256"):
@@ -177,6 +223,8 @@ class FlexQLinear:
                           p.rows, p.k, p.bits, p.tile)
         self.w = w
         self.n, self.k = w.rows, w.k
+        self._acts: dict = {}  # reused activation buffers per (rows_pad, bits)
+        self._flag = cp.zeros(1, dtype=cp.int32)
 
     @property
     def groups(self) -> int:
@@ -188,20 +236,26 @@ class FlexQLinear:
         bits = self.act_bits if act_bits is None else act_bits
         if bits not in ACT_BITS:
             raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {bits}")
-        cp = _cuda.require()
+        cp = runtime.require_cupy()
         x = _check_fp16_matrix(cp, x, "activations")
         if x.shape[1] != self.k:
             raise InputError(f"flexq: activations have K = {x.shape[1]}, weights K = {self.k}")
         cfg = config or choose_config(x.shape[0], self.n, self.groups)
         rp = -(-x.shape[0] // cfg.block_tokens) * cfg.block_tokens
-        return quantize_pack(x, bits=bits, tile=ACT_TILE, rows_pad=rp,
-                             check_finite=check_finite, singles=self.singles)
+        buf = self._acts.get((rp, bits))
+        if buf is None:
+            buf = self._acts[(rp, bits)] = GpuPlanes(
+                cp.empty((rp // ACT_TILE, self.groups, 32, bits), dtype=cp.uint32),
+                cp.empty((self.groups, rp), dtype=cp.float16), x.shape[0], self.k, bits, ACT_TILE)
+        # The returned planes live in a buffer this layer reuses on its next call.
+        return quantize_pack(x, bits=bits, tile=ACT_TILE, rows_pad=rp, check_finite=check_finite,
+                             singles=self.singles, into=buf, flag=self._flag)
 
     def matmul_planes(self, xp: GpuPlanes, *, out: str = "float16", config=None, y=None):
         """GEMM on packed activations; ``out``: 'float16', 'float32' or 'int' (int32
         ``(M, N, groups)`` per-group integer results before scaling). ``y``: optional
         preallocated C-contiguous destination of that dtype and shape."""
-        cp = _cuda.require()
+        cp = runtime.require_cupy()
         if out not in OUT_KINDS:
             raise ValueError(f"flexq: out must be one of {tuple(OUT_KINDS)}, got {out!r}")
         if xp.tile != ACT_TILE or xp.k != self.k or xp.bits not in ACT_BITS:
@@ -219,13 +273,9 @@ class FlexQLinear:
         elif y.shape != shape or y.dtype != dtype or not y.flags.c_contiguous:
             raise InputError(f"flexq: y must be a C-contiguous {np.dtype(dtype)} array of "
                              f"shape {shape}, got {y.dtype} {y.shape}")
-        name = (f"flexq::flexq_gemm<{WEIGHT_BITS}, {xp.bits}, {cfg.mt}, {cfg.rt}, {cfg.wr}, "
-                f"{cfg.wk}, {cfg.u}, {OUT_KINDS[out]}>")
-        fn = _kernel(self.singles, name)
         n_wtiles = self.w.planes.shape[0]
         smem = 0 if out == "int" else cfg.wk * cfg.block_tokens * cfg.block_rows * 4
-        if smem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = smem
+        fn = _kernel(self.singles, _gemm_name(xp.bits, cfg, out), smem)
         grid = (-(-n_wtiles // (cfg.rt * cfg.wr)), xp.rows_pad // cfg.block_tokens)
         fn(grid, (cfg.wr * cfg.wk * 32,),
            (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),

@@ -18,7 +18,7 @@ import numpy as np
 from mactile.golden.block import InputError
 from mactile.golden.nestedfp import PAPER_THRESHOLD
 
-from .. import _cuda
+from .. import prebuilt, runtime
 from .codegen import TOKEN_TILES, wgmma_source
 
 __all__ = ["NestedFPLinear", "NfpConfig", "choose_config", "KPERM", "unpermute_k",
@@ -98,13 +98,39 @@ def _source() -> str:
     return _SRC.read_text().replace("NESTEDFP_GENERATED_WGMMA", wgmma_source())
 
 
-def _kernel(name: str):
-    return _cuda.compile_module(_source(), (name,)).get_function(name)
+def _kernel(name: str, smem: int = 0):
+    return prebuilt.get_kernel(_source(), name, max_dynamic_smem=smem)
+
+
+def _gemm_name(mode: str, cfg: NfpConfig, split: bool) -> str:
+    return (f"nfp::nestedfp_gemm<{MODES.index(mode)}, {cfg.wg}, {cfg.bn}, {cfg.stages}, "
+            f"{'true' if split else 'false'}>")
+
+
+#: Tile shapes the tests use besides :func:`choose_config`'s (wg, bn, stages, split).
+TEST_CONFIGS = ((1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
+                (2, 128, 4, 2), (1, 8, 5, 2))
+BENCH_M = (1, 8, 64, 256, 1024, 2048)
+BENCH_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (8192, 8192))
+
+
+def prebuilt_jobs():
+    """(source, names) for :mod:`mactile.gpu.prebuilt` (tests' and benchmarks' shapes)."""
+    names = {"nfp::nestedfp_split", "nfp::nestedfp_quant_e4m3"}
+    for mode in MODES:
+        for m in BENCH_M + (37, 300, 5):
+            for n, k in BENCH_SHAPES + ((128, 256), (200, 272), (384, 1024), (136, 512)):
+                c = choose_config(m, n, k, mode)
+                names.add(_gemm_name(mode, NfpConfig(c.wg, c.bn, c.stages), c.split > 1))
+        for t in TEST_CONFIGS:
+            for sp in (False, True):
+                names.add(_gemm_name(mode, NfpConfig(*t), sp))
+    return [(_source(), sorted(names))]
 
 
 def split_planes(w):
     """Split FP16 weights (CuPy (N, K)) into padded, K-permuted (upper, lower) uint8 planes."""
-    cp = _cuda.require()
+    cp = runtime.require_cupy()
     n, k = w.shape
     np_, kp = -(-n // ROW_PAD) * ROW_PAD, -(-k // K_PAD) * K_PAD
     upper = cp.empty((np_, kp), dtype=cp.uint8)
@@ -120,13 +146,21 @@ def split_planes(w):
     return upper, lower
 
 
-def quantize_e4m3(x, kp: int, *, check_finite: bool = True):
-    """Per-token E4M3 codes (CuPy uint8 (M, kp), K-permuted, zero-padded) and FP32 scales."""
-    cp = _cuda.require()
+def quantize_e4m3(x, kp: int, *, check_finite: bool = True, into=None, flag=None):
+    """Per-token E4M3 codes (CuPy uint8 (M, kp), K-permuted, zero-padded) and FP32 scales.
+
+    ``into=(codes, scales)`` and ``flag`` (int32 (1,)) are optional preallocated buffers."""
+    cp = runtime.require_cupy()
     m, k = x.shape
-    xq = cp.empty((m, kp), dtype=cp.uint8)
-    sc = cp.empty((m,), dtype=cp.float32)
-    flag = cp.zeros(1, dtype=cp.int32)
+    if into is None:
+        xq = cp.empty((m, kp), dtype=cp.uint8)
+        sc = cp.empty((m,), dtype=cp.float32)
+    else:
+        xq, sc = into
+    if flag is None:
+        flag = cp.zeros(1, dtype=cp.int32)
+    elif check_finite:
+        flag.fill(0)
     _kernel("nfp::nestedfp_quant_e4m3")((m,), (256,),
                                         (x, np.int32(m), np.int32(k), np.int32(x.shape[1]),
                                          np.int32(kp), xq, sc, flag))
@@ -146,7 +180,7 @@ class NestedFPLinear:
     """
 
     def __init__(self, weight, *, threshold: float = PAPER_THRESHOLD, keep_fp16: bool = False):
-        cp = _cuda.require()
+        cp = runtime.require_cupy()
         if not isinstance(weight, cp.ndarray) or weight.dtype != cp.float16 or weight.ndim != 2:
             raise InputError("nestedfp: weight must be a 2-d CuPy float16 array, got "
                              f"{type(weight).__name__} {getattr(weight, 'dtype', '')} "
@@ -169,6 +203,10 @@ class NestedFPLinear:
             self.upper, self.lower = split_planes(weight)
         self._ws = None
         self._counters = None
+        self._fp8: dict = {}  # reused E4M3 activation buffers per M
+        self._flag = cp.zeros(1, dtype=cp.int32)
+        self._dummy_f = cp.zeros(1, dtype=cp.float32)
+        self._dummy_i = cp.zeros(1, dtype=cp.int32)
 
     def planes(self):
         """The (upper, lower) planes as NumPy (N, K) in plain K order (for checks)."""
@@ -179,7 +217,7 @@ class NestedFPLinear:
         return u, lo
 
     def _workspace(self, m: int, tiles: int):
-        cp = _cuda.require()
+        cp = runtime.require_cupy()
         if self._ws is None or self._ws.shape[0] < m:
             self._ws = cp.zeros((m, self.n), dtype=cp.float32)
         if self._counters is None or self._counters.size < tiles:
@@ -189,7 +227,7 @@ class NestedFPLinear:
     def __call__(self, x, *, mode: str = "fp16", config: NfpConfig | None = None,
                  check_finite: bool = False, y=None):
         """``x``: CuPy float16 (M, K). Returns float16 (M, N) (into ``y`` when given)."""
-        cp = _cuda.require()
+        cp = runtime.require_cupy()
         if mode not in MODES:
             raise ValueError(f"nestedfp: mode must be one of {MODES}, got {mode!r}")
         if not isinstance(x, cp.ndarray) or x.dtype != cp.float16 or x.ndim != 2:
@@ -215,16 +253,20 @@ class NestedFPLinear:
         if splits > 1:
             ws, cnt = self._workspace(m, grid[0] * grid[1])
         else:
-            ws, cnt = y, cp.empty(1, dtype=cp.int32)  # unused
+            ws, cnt = self._dummy_f, self._dummy_i  # unused
         if mode == "fp16":
-            xsrc, xs = x, cp.empty(1, dtype=cp.float32)
+            xsrc, xs = x, self._dummy_f
         else:
-            xsrc, xs = quantize_e4m3(x, self.kp, check_finite=check_finite)
-        name = (f"nfp::nestedfp_gemm<{MODES.index(mode)}, {cfg.wg}, {cfg.bn}, {cfg.stages}, "
-                f"{'true' if splits > 1 else 'false'}>")
-        fn = _kernel(name)
+            buf = self._fp8.get(m)
+            if buf is None:
+                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
+                                      cp.empty((m,), dtype=cp.float32))
+            xsrc, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf,
+                                     flag=self._flag)
         smem = cfg.smem(mode)
-        fn.max_dynamic_shared_size_bytes = smem
+        fn = _kernel(_gemm_name(mode, cfg, splits > 1), smem)
+        if smem <= 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
         fn(grid, (128 * cfg.wg,),
            (self.upper, self.lower, xsrc, xs, y, ws, cnt, np.int32(m), np.int32(self.n),
             np.int32(self.k), np.int32(self.kp), np.int32(x.shape[1]), np.int32(ktps)),

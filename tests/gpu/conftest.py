@@ -4,8 +4,12 @@ import pytest
 
 @pytest.fixture
 def cp():
-    from mactile.gpu import _cuda
-    ok, why = _cuda.available()
-    if not ok:
+    from mactile.gpu import runtime
+    why = runtime.gpu_skip_reason()
+    if why:
         pytest.skip(f"GPU kernels not runnable here: {why}")
-    return _cuda.require()
+    cp = runtime.require_cupy()
+    cc = cp.cuda.Device().compute_capability
+    if int(cc) < 90:
+        pytest.skip(f"these kernels need a Hopper GPU (sm_90a); this device is sm_{cc}")
+    return cp

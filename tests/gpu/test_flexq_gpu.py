@@ -42,7 +42,9 @@ def _layer(cp, rng, n, k, singles="k128"):
     return FlexQLinear(qw, singles=singles), qw
 
 
-CONFIGS = [None, (1, 1, 1, 8, 4), (2, 2, 2, 3, 2), (4, 1, 4, 2, 1), (8, 1, 2, 4, 1), (8, 2, 1, 5, 3)]
+from mactile.gpu.flexq.kernels import TEST_CONFIGS
+
+CONFIGS = [None, *TEST_CONFIGS]
 
 
 @pytest.mark.parametrize("ba", [6, 8])

@@ -28,7 +28,7 @@ def test_split_bit_exact_exhaustive(cp):
     assert np.array_equal(unpermute_k(lo.get()), gl)
 
 
-CFGS = [None, (1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1)]
+CFGS = [None, (1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1)]  # in TEST_CONFIGS
 
 
 def _cfg(c):
