@@ -61,9 +61,14 @@ def _compile_chunk(nvcc, source, names, cubin):
     td = Path(tempfile.mkdtemp(prefix="mactile-cubin-"))
     keep = ",\n".join(f"  (void*)&{n}" for n in names)
     (td / "k.cu").write_text(source + "\nnamespace { void* mactile_keep[] = {\n" + keep + "\n}; }\n")
-    r = subprocess.run([nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-std=c++17",
-                        "-diag-suppress", "177", "-o", str(cubin), str(td / "k.cu")],
-                       capture_output=True, text=True)
+    if not cubin.exists():  # a chunk's file name carries the source digest
+        r = subprocess.run([nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-std=c++17",
+                            "-diag-suppress", "177", "-o", str(cubin) + ".tmp", str(td / "k.cu")],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            os.replace(str(cubin) + ".tmp", cubin)
+    else:
+        r = subprocess.CompletedProcess([], 0, "", "")
     if r.returncode:
         raise RuntimeError(f"nvcc failed for {cubin.name}:\n{r.stderr[-4000:]}")
     syms = subprocess.run(["readelf", "-sW", str(cubin)], capture_output=True, text=True,
@@ -73,7 +78,7 @@ def _compile_chunk(nvcc, source, names, cubin):
                          check=True).stdout.splitlines()
     table = {}
     for m, dm in zip(mangled, dem):
-        mm = re.match(r"void (.*?)\(", dm)
+        mm = re.match(r"(?:void )?(.*?)\(", dm)
         if mm:
             table[_norm(mm.group(1))] = [cubin.name, m]
     missing = [n for n in names if _norm(n) not in table]
