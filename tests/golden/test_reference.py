@@ -398,3 +398,19 @@ def test_chunks_and_threads_do_not_change_results(name, kw, rng, monkeypatch):
             assert (a is None and b is None) or np.array_equal(a, b)
         assert want.tensor_scale == got.tensor_scale
         assert np.array_equal(want.dequantize().view(np.uint64), got.dequantize().view(np.uint64))
+
+
+@pytest.mark.parametrize("name, quarters, want_byte", [
+    # Blocks of quarter-grid data (found on rng.integers(-28, 29) / 4): +a and -a err exactly
+    # equally, but the old rounded float64 sums (D32 = 7/180 is not dyadic) chose -a.
+    ("razer", [22, -26, 18, -14, 9, 28, 26, -6, -26, -15, -11, 19, -13, -3, 20, -22], 63),
+    ("razer-act", [-6, 9, -19, 12, -5, 27, 16, -12, 22, -2, 13, -8, 28, -16, -22, 1], 126),
+])
+def test_exact_tie_on_grid_data(name, quarters, want_byte):
+    from mactile.golden import get_format
+    x = np.zeros((2, 16), F32)
+    x[0] = np.array(quarters, F32) / 4
+    x[1, 0] = 7.0  # the tensor's largest magnitude
+    fn = {"razer": ref.razer, "razer-act": ref.razer_act}[name]
+    q = check_two_level(get_format(name), fn, x)
+    assert q.scales.reshape(-1)[0] == want_byte  # +a (bit 7 clear)
