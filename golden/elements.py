@@ -277,7 +277,8 @@ class FloatFormat:
         Notes
         -----
         Negative input to an unsigned format and zero input to a format without zero
-        (E8M0) give the NaN code, as OCP E8M0 and ``ml_dtypes`` do.
+        (E8M0) give the NaN code, as OCP E8M0 and ``ml_dtypes`` do; positive input below
+        such a format's smallest value rounds to that value (its nearest).
         """
         a = np.asarray(x)
         if a.dtype.kind not in "fiu":
@@ -390,12 +391,14 @@ class FloatFormat:
 
     def _encode_rne_table(self, a: np.ndarray) -> np.ndarray:
         """Ties-to-even, saturating encode of NaN-free input (Inf saturates; an unsigned
-        format gets no negative input but -0): the magnitude
-        code is the number of midpoints below the magnitude, a midpoint itself counting
-        when its tie goes up. Bit-identical to the general path (tested exhaustively).
+        format gets no negative input, but -0). Bit-identical to the general path (tested
+        exhaustively and against ml_dtypes).
 
-        float16/float32 input is compared in float32 where every midpoint is exact there,
-        so no float64 copy is made.
+        The magnitude code is the number of midpoints below the magnitude, a midpoint
+        itself counting when its tie goes up: counted with comparisons for few midpoints,
+        read from :attr:`_rne_lut32` for float32 input, else found by binary search.
+        float16/float32 input stays in float32 where every midpoint is exact there (no
+        float64 copy).
         """
         mids, mids32, tie_up = self._rne_table
         if a.dtype.kind == "f" and a.itemsize <= 4 and mids32 is not None:
@@ -403,13 +406,13 @@ class FloatFormat:
             a = a.astype(np.float32, copy=False)
         else:
             a = a.astype(np.float64, copy=False)
-        mag = np.abs(a)
         if mids.dtype == np.float32 and len(mids) > self._COMPARE_MAX and self._rne_lut32 is not None:
             shift, lut = self._rne_lut32
             bits = a.view(np.uint32)
-            key = (bits >> np.uint32(shift - 1)) & np.uint32(~1 & 0xFFFFFFFF)
-            key |= (bits & np.uint32((1 << shift) - 1)) != 0
+            key = (bits >> np.uint32(shift - 1)) & np.uint32(0xFFFFFFFE)  # grid point << 1
+            key |= (bits & np.uint32((1 << shift) - 1)) != 0  # | any lower bit set
             return lut[key]
+        mag = np.abs(a)
         if len(mids) <= self._COMPARE_MAX:
             code = np.zeros(mag.shape, dtype=np.uint8)
             hit = np.empty(mag.shape, dtype=bool)

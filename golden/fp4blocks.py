@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, row_max, row_sum, tensor_amax
+from .block import BlockFormat, InputError, row_max, row_sum, tensor_amax
 from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 
 __all__ = [
@@ -225,8 +225,14 @@ class _TwoLevelFP4(BlockFormat):
 
     def _quantize_blocks(self, xb, ctx):
         d32 = ctx["tensor_scale"]
-        x32 = _fp32(xb)
+        with np.errstate(over="ignore"):
+            x32 = _fp32(xb)
         amax = _row_amax(x32)
+        if not np.isfinite(amax).all():  # float64 input beyond FP32's range
+            i = np.unravel_index(int(np.argmin(np.isfinite(x32))), x32.shape)
+            raise InputError(f"{self.name}: value {np.asarray(xb)[i]} exceeds the FP32 range "
+                             f"(|x| <= {float(np.finfo(np.float32).max):.8g}) that "
+                             f"{self.name} computes in")
         cands = self._candidates()
         if not cands:
             s_code, _, scaled = self._scale_pipeline(x32, amax, d32, 6.0)
@@ -237,8 +243,9 @@ class _TwoLevelFP4(BlockFormat):
         """Every special-value candidate per block; the lowest exact squared error wins.
 
         Candidates sharing a scale target (``+v`` and ``-v``) share the scaled block and its
-        FP4 codes, so their errors differ only where one of them uses its special value:
-        those few elements are summed sparsely. Candidates of different targets also
+        FP4 codes, so their errors differ only at the few elements where one of them uses
+        its special value: those are found once per magnitude (``|scaled|`` inside the
+        special value's window) and summed sparsely. Candidates of different targets also
         compare their full FP4 errors at each scale. :func:`_lowest_error` settles
         near-ties exactly.
         """
@@ -250,7 +257,7 @@ class _TwoLevelFP4(BlockFormat):
             groups.setdefault(max(6.0, abs(v)), []).append(k)
         group_of = [0] * k_all
         errs, slack, same = [None] * k_all, [None] * k_all, [None] * k_all
-        masks: list[np.ndarray | None] = [None] * k_all
+        uses: list[np.ndarray | None] = [None] * k_all  # flat indices using the special value
         per_group = []  # (scale code, zero-remapped FP4 codes, S = scale * D32 in float64)
         xflat = np.asarray(xb).reshape(-1)
         x64 = None
@@ -269,21 +276,31 @@ class _TwoLevelFP4(BlockFormat):
                 np.square(d, out=d)
                 base = row_sum(d)
                 base_slack = _sum_slack(base, bs)
+            by_mag: dict[float, list[int]] = {}
             for k in ks:
                 group_of[k] = g
                 errs[k], slack[k] = base, base_slack
                 same[k] = np.full(n, g)
-                window = _special_window(cands[k])
+                by_mag.setdefault(abs(cands[k]), []).append(k)
+            mag = None
+            for v_mag, mks in by_mag.items():
+                window = _special_window(v_mag)
                 if window is None:
                     continue
-                lo, hi = window
-                m = scaled > _F32(lo)
+                if mag is None:
+                    mag = np.abs(scaled)
+                lo, hi = window  # of +v_mag; -v_mag's is its mirror image
+                hit = mag > _F32(lo)
                 if np.isfinite(hi):
-                    m &= scaled < _F32(hi)
-                masks[k] = m
-                flat = np.flatnonzero(m)
-                if flat.size:  # error change where the special value replaces FP4
-                    rows = flat // bs
+                    hit &= mag < _F32(hi)
+                flat_all = np.flatnonzero(hit)
+                neg_all = scaled.reshape(-1)[flat_all] < 0
+                for k in mks:
+                    flat = flat_all[neg_all == (cands[k] < 0)]
+                    uses[k] = flat
+                    if not flat.size:
+                        continue
+                    rows = flat // bs  # error change where the special value replaces FP4
                     xs = xflat[flat].astype(np.float64)
                     sr = big_s[rows]
                     e_v = (xs - cands[k] * sr) ** 2
@@ -298,13 +315,15 @@ class _TwoLevelFP4(BlockFormat):
         def values(k, rows):
             _, c, big_s = per_group[group_of[k]]
             q = _FP4_VALUES[c[rows]]
-            if masks[k] is not None:
-                q[masks[k][rows]] = cands[k]
+            if uses[k] is not None and uses[k].size:
+                m = np.zeros(n * bs, dtype=bool)
+                m[uses[k]] = True
+                q[m.reshape(n, bs)[rows]] = cands[k]
             return q * big_s[rows][:, None]
 
         best = _lowest_error(errs, slack, values,
                              lambda rows: np.asarray(xb[rows], dtype=np.float64), same)
-        # Masked copies of uint8 are slow in NumPy: blend and clear with bit operations.
+        # Masked copies of uint8 are slow in NumPy: blend with bit operations.
         s_code, codes, _ = per_group[0]
         if len(per_group) > 1:
             bg = np.asarray(group_of)[best]
@@ -313,13 +332,11 @@ class _TwoLevelFP4(BlockFormat):
                 if sel.any():
                     s_code = np.where(sel, per_group[g][0], s_code)
                     codes ^= (codes ^ per_group[g][1]) & (sel.view(np.uint8) * np.uint8(0xFF))[:, None]
-        use = None
+        flat_codes = codes.reshape(-1)
         for k in range(k_all):
-            if masks[k] is not None:
-                u = (best == k)[:, None] & masks[k]
-                use = u if use is None else (use | u)
-        if use is not None:
-            codes *= ~use  # SPECIAL_CODE is 0
+            if uses[k] is not None and uses[k].size:
+                chosen = uses[k][best[uses[k] // bs] == k]
+                flat_codes[chosen] = SPECIAL_CODE
         return codes, self._pack_scale(s_code, best), None
 
     def _pack_scale(self, s_code, cand_index):

@@ -108,3 +108,19 @@ def test_dequantize_refuses_other_formats_tensor():
     q = get_format("nvfp4").quantize(np.zeros(16, np.float32))
     with pytest.raises(ValueError, match="cannot dequantize a nvfp4"):
         get_format("razer-act").dequantize(q)
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "razer", "razer-act", "razer-g128"])
+def test_float64_beyond_fp32_range(name):
+    """Golden bug found here: the FP32 pipelines turned |x| > FP32 max into NaN output
+    (NVFP4, RaZeR-act) or an unrelated E3M3 error (RaZeR)."""
+    if name not in BLOCK_FORMATS:
+        pytest.skip(f"{name} is not in this branch's registry")
+    fmt = get_format(name)
+    x = np.zeros((2, fmt.block_size))
+    x[1, 3] = -1e200
+    with pytest.raises(InputError, match=rf"{name}: value -1e\+200 exceeds the FP32 range "
+                                         r"\(\|x\| <= 3.4028235e\+38\)"):
+        fmt.quantize(x)
+    x[1, 3] = 3.4028235e38  # FP32's largest: fine
+    assert np.isfinite(fmt.roundtrip(x)).all()
