@@ -46,6 +46,9 @@ CASES = [
     ("int-group int6", "int-group", {}, None),
     ("nestedfp", "nestedfp", {}, 50.0),
     ("nestedfp8", "nestedfp8", {}, None),
+    # The bare byte-plane functions on the FP16 words of the same matrix (no FP16
+    # rounding of float32 input, no float64 output): what a weight loader runs.
+    ("nestedfp split+merge fp16", "nestedfp-words", {}, 50.0),
 ]
 MAX_EXTRA_COPIES = 4.0
 
@@ -56,10 +59,28 @@ def make_input(name: str, rows: int, cols: int) -> np.ndarray:
     if name.startswith("nestedfp"):
         x *= np.float32(0.25)  # LLM-like weights, inside the eligibility threshold
         np.clip(x, -1.75, 1.75, out=x)
+    if name == "nestedfp-words":
+        return x.astype(np.float16)
     return x
 
 
+class _WordSplit:
+    """``nestedfp_split`` / ``nestedfp_merge`` on FP16 words, shaped like a format."""
+
+    def __init__(self):
+        from mactile.golden import nestedfp_merge, nestedfp_split
+        self.split, self.merge = nestedfp_split, nestedfp_merge
+
+    def quantize(self, x):
+        return self.split(x.astype(np.float16) if x.dtype != np.float16 else x)
+
+    def dequantize(self, q):
+        return self.merge(*q)
+
+
 def build(name: str, opts: dict):
+    if name == "nestedfp-words":
+        return _WordSplit()
     from mactile.golden import get_format
     return get_format(name, **opts)
 
@@ -89,7 +110,7 @@ def memory_case(name, opts, rows, cols):
 
     fmt = build(name, opts)
     x = make_input(name, rows, cols)
-    fmt.quantize(x[:16, :]).dequantize()  # warm caches (tables) outside the measurement
+    fmt.dequantize(fmt.quantize(x[:16, :]))  # warm caches (tables) outside the measurement
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     q = fmt.quantize(x)

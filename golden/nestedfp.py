@@ -74,24 +74,39 @@ def nestedfp_split(w) -> tuple[np.ndarray, np.ndarray]:
     a = _fp16_bits(w)
     if (a & np.uint16(0x4000)).any():
         raise ValueError("nestedfp: |w| >= 2 (FP16 exponent MSB set); keep this layer in FP16")
+    upper = np.empty(a.shape, dtype=np.uint8)
+    src, dst = a.reshape(-1), upper.reshape(-1)
+    step = _block.CHUNK_ELEMENTS  # chunks bound the temporaries and stay in cache
+    for lo in range(0, src.size, step):
+        dst[lo:lo + step] = _upper_byte(src[lo:lo + step])
+    return upper, a.astype(np.uint8)
+
+
+def _upper_byte(a: np.ndarray) -> np.ndarray:
     body = (a >> np.uint16(7)) & np.uint16(0x7F)  # exponent bits 13..10, mantissa 9..7
     # Half to even on the 7 dropped bits: add 63 plus the kept LSB, carry into the body.
     rounded = ((a & np.uint16(0x3FFF)) + np.uint16(0x3F) + (body & np.uint16(1))) >> np.uint16(7)
     # Exponent 15 with mantissa 0b110 never rounds up (0x7F is the E4M3 NaN code).
     rounded = np.where(body == 0x7E, body, rounded)
     # An 8-bit add of the sign: a carry out of 0x7F runs into the sign bit, as in hardware.
-    upper = (rounded + ((a >> np.uint16(8)) & np.uint16(0x80))).astype(np.uint8)
-    return upper, a.astype(np.uint8)
+    return (rounded + ((a >> np.uint16(8)) & np.uint16(0x80))).astype(np.uint8)
 
 
 def nestedfp_merge(upper, lower) -> np.ndarray:
     """Reconstruct FP16 bit patterns (uint16) from the two byte planes."""
     u = np.asarray(upper).astype(np.uint8, copy=False)
     lo = np.asarray(lower).astype(np.uint8, copy=False)
-    sub = (u & np.uint8(1)) ^ (lo >> np.uint8(7))
-    field = ((u - sub) >> np.uint8(1)) & np.uint8(0x3F)  # u - sub wraps at 0 like the hardware
-    word = ((u & np.uint8(0x80)) | field).astype(np.uint16) << np.uint16(8)
-    word |= lo
+    u, lo = np.broadcast_arrays(u, lo)
+    word = np.empty(u.shape, dtype=np.uint16)
+    us, ls, dst = u.reshape(-1), lo.reshape(-1), word.reshape(-1)
+    step = _block.CHUNK_ELEMENTS
+    for i in range(0, dst.size, step):
+        uc, lc = us[i:i + step], ls[i:i + step]
+        sub = (uc & np.uint8(1)) ^ (lc >> np.uint8(7))
+        field = ((uc - sub) >> np.uint8(1)) & np.uint8(0x3F)  # uc - sub wraps like hardware
+        w16 = ((uc & np.uint8(0x80)) | field).astype(np.uint16) << np.uint16(8)
+        w16 |= lc
+        dst[i:i + step] = w16
     return word
 
 
