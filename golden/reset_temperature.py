@@ -99,7 +99,7 @@ class ReductionLayout:
     """Summation order of the per-token sums (must match the kernel that is compared)."""
 
     cluster: int = 8
-    threads: int = 512
+    threads: int = 1024
 
     def r(self, vocab: int) -> int:
         return -(-vocab // (self.cluster * self.threads))

@@ -179,6 +179,9 @@ def traits_header() -> str:
         pre = kf.f16_prescale_log2
         f16_mul = 2.0 ** (15 - kf.scale_bias - pre)
         f32_mul = 2.0 ** (127 - kf.scale_bias)
+        h = lambda v: int(np.float16(v).view(np.uint16))
+        f16x2_mul = h(f16_mul) | h(f16_mul) << 16
+        f16x2_pre = h(2.0 ** -pre) | h(2.0 ** -pre) << 16
         out.append(
             f"template <> struct Fmt<{fid}> {{  // {name}\n"
             f"  static constexpr int BLOCK = {kf.block};\n"
@@ -190,6 +193,8 @@ def traits_header() -> str:
             f"  static constexpr int F16_SHIFT = {10 - kf.scale_man_bits};\n"
             f"  static constexpr float F16_MUL = {f16_mul.hex()}f;  // 2^(15-bias-prescale)\n"
             f"  static constexpr int F16_PRESCALE_LOG2 = {pre};\n"
+            f"  static constexpr unsigned F16X2_MUL = {f16x2_mul:#010x}u;       // (F16_MUL, F16_MUL)\n"
+            f"  static constexpr unsigned F16X2_PRESCALE = {f16x2_pre:#010x}u;  // (2^-prescale, 2^-prescale)\n"
             f"  // scale code payload -> FP32 bits: payload << F32_SHIFT, times F32_MUL\n"
             f"  static constexpr int F32_SHIFT = {23 - kf.scale_man_bits};\n"
             f"  static constexpr float F32_MUL = {f32_mul.hex()}f;  // 2^(127-bias)\n"

@@ -11,8 +11,10 @@ block scale, so they contribute nothing):
     nibbles 0-3 are row ``g`` at k ``2t, 2t+1, 2t+8, 2t+9`` and nibbles 4-7 the same k of
     row ``g+8``, so one ``prmt`` per row decodes with that row's lookup table and a
     16-byte shared-memory load serves four k-steps.
-    ``scales``: ``[RT][K_pad/B][4][8][2]``: per block column, the scale of rows
-    ``(mt, g, g / g+8)`` adjacent, so a lane reads its two rows with one load.
+    ``scales`` (block 16): ``[RT][K_pad/64][4][8][4][2]``: row tile, group of four block
+    columns, m16 tile, g, block column in the group, row g / g+8 -- the eight scales a
+    lane needs for one group of four k-steps are adjacent (one 8-byte load).
+    ``scales`` (block 128): ``[RT][K_pad/128][4][8][2]``.
 
 ``rowmajor`` (CUDA-core kernels, W4A16 and ReSET's W4A4)
     ``codes``: uint8 ``[N_pad][K_pad/2]``, low nibble = element ``2i`` (ReSET's NVFP4
@@ -146,7 +148,10 @@ def pack_w4a16(q: Quantized, *, layouts=LAYOUTS, xp=np) -> PackedW4A16:
         shifts = (4 * xp.arange(8, dtype=xp.uint32)).reshape(1, 1, 1, 1, 1, 8)
         words = (c << shifts).sum(axis=-1, dtype=xp.uint32)  # disjoint nibbles: sum == OR
         KB = K_pad // kf.block
-        s = S.reshape(RT, 4, 2, 8, KB).transpose(0, 4, 1, 3, 2)  # rt, kb, mt, g, h
+        if kf.block == 16:  # rt, q, mt, g, ks, h with kb = 4q + ks
+            s = S.reshape(RT, 4, 2, 8, KB // 4, 4).transpose(0, 4, 1, 3, 5, 2)
+        else:  # rt, kb, mt, g, h
+            s = S.reshape(RT, 4, 2, 8, KB).transpose(0, 4, 1, 3, 2)
         out.layouts["frag"] = {"codes": xp.ascontiguousarray(words.astype(xp.uint32)),
                                "scales": xp.ascontiguousarray(s), "K_pad": K_pad}
     if "rowmajor" in layouts:
@@ -168,9 +173,18 @@ def unpack_frag(p: PackedW4A16):
     nib = ((words[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF).astype(np.uint8)
     c = nib.reshape(RT, G, 4, 8, 4, 4, 2, 2, 2)  # rt, grp, mt, g, t, ks, h, kh, j
     c = c.transpose(0, 2, 6, 3, 1, 5, 7, 4, 8).reshape(RT * 64, G * 64)
-    s = np.asarray(_host(lay["scales"]))  # rt, kb, mt, g, h
+    s = _frag_scales_rkmgh(p)  # rt, kb, mt, g, h
     s = s.transpose(0, 2, 4, 3, 1).reshape(RT * 64, -1)
     return c[: p.N, : p.K], s[: p.N, : p.K // p.fmt.block]
+
+
+def _frag_scales_rkmgh(p: PackedW4A16) -> np.ndarray:
+    """The frag layout's scales as ``[RT][KB][4 mt][8 g][2 h]`` (host copy)."""
+    s = np.asarray(_host(p.layout("frag")["scales"]))
+    if p.fmt.block == 16:  # rt, q, mt, g, ks, h -> rt, q, ks, mt, g, h
+        s = s.transpose(0, 1, 4, 2, 3, 5)
+        s = s.reshape(s.shape[0], -1, 4, 8, 2)
+    return s
 
 
 def unpack_rowmajor(p: PackedW4A16):
@@ -303,8 +317,7 @@ def emulate_frag_values(p: PackedW4A16) -> np.ndarray:
     lay = p.layout("frag")
     words = np.asarray(_host(lay["codes"]), np.uint32)  # rt, grp, mt, lane, ks
     RT, G = words.shape[:2]
-    s = np.asarray(_host(lay["scales"]))  # rt, kb, mt, g, h
-    KB = s.shape[1]
+    s = _frag_scales_rkmgh(p)  # rt, kb, mt, g, h
     # per word: the block column of its k-step and the metadata of rows g and g+8
     ks_abs = (np.arange(G)[:, None] * 4 + np.arange(4)[None, :])  # grp, ks
     kb = (ks_abs * 16) // kf.block  # grp, ks

@@ -2,7 +2,7 @@
 
 :class:`StepAwareTemperatureGPU` keeps the per-sequence state in device memory and makes
 the same decisions, bit for bit, as :class:`mactile.golden.StepAwareTemperature` with the
-kernel's :class:`~mactile.golden.reset_temperature.ReductionLayout` (8 CTAs x 512 threads),
+kernel's :class:`~mactile.golden.reset_temperature.ReductionLayout` (8 CTAs x 1024 threads),
 including the sampled token (same counter-based generator).
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from .runtime import check_launch, require_cupy
 __all__ = ["StepAwareTemperatureGPU", "KERNEL_LAYOUT", "R_CHOICES"]
 
 #: The kernel's summation layout (pass it to the golden model to compare bit for bit).
-KERNEL_LAYOUT = ReductionLayout(cluster=8, threads=512)
-#: Register-array sizes instantiated (elements per thread); vocabularies up to 8*512*64.
-R_CHOICES = (8, 16, 32, 40, 64)
+KERNEL_LAYOUT = ReductionLayout(cluster=8, threads=1024)
+#: Register-array sizes instantiated (elements per thread); vocabularies up to 8*1024*32.
+R_CHOICES = (4, 8, 12, 20, 32)
 
 
 @dataclass
@@ -91,12 +91,12 @@ class StepAwareTemperatureGPU:
         R = KERNEL_LAYOUT.r(V)
         Rmax = next((r for r in R_CHOICES if r >= R), None)
         if Rmax is None:
-            raise ValueError(f"vocabulary of {V} exceeds the kernel's {8 * 512 * R_CHOICES[-1]} entries")
+            raise ValueError(f"vocabulary of {V} exceeds the kernel's {8 * 1024 * R_CHOICES[-1]} entries")
         f = np.float32
         inv_lo, inv_hi = f(f(1.0) / f(self.t_low)), f(f(1.0) / f(self.t_high))
         k = kernel("reset_temperature_step", R=Rmax)
         o = self.out
-        k((8, self.batch), (512,),
+        k((8, self.batch), (1024,),
           (logits, np.int32(logits.dtype == cp.float16), np.int32(V), np.int32(R), mask, self.seq_ids,
            self.count, self.sum_all, self.t0, self.step_sum, self.step_n, self.prev_end, self.ring,
            np.int32(self.window), np.float64(self.tau0), f(self.t_low), f(self.t_high), inv_lo, inv_hi,

@@ -18,10 +18,12 @@ from .packing import ROW_TILE, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
 
 __all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "CC_STAGES", "tc_config", "tc_smem", "cc_smem",
-           "tc_units", "cc_units", "Workspace", "CC_MAX_M", "check_activation"]
+           "tc_units", "cc_units", "Workspace", "CC_MAX_M", "check_activation", "tc_ctas_per_sm",
+           "cc_ctas_per_sm"]
 
-#: Tensor-core tile configurations by tokens per CTA: (MT, KT, stages).
-TC_CONFIGS = {8: (8, 256, 6), 16: (16, 256, 5), 32: (32, 256, 4), 64: (64, 128, 5), 128: (128, 128, 4)}
+#: Tensor-core tile configurations by tokens per CTA: (MT, KT, stages). Larger M runs
+#: several 64-token tiles (two CTAs per SM beat one 128-token CTA per SM).
+TC_CONFIGS = {8: (8, 256, 6), 16: (16, 256, 5), 32: (32, 256, 4), 64: (64, 128, 4)}
 CC_STAGES = 4
 CC_MAX_M = 8
 _RM_KC = 512
@@ -36,6 +38,16 @@ def tc_config(M: int) -> tuple[int, int, int]:
 
 def _round(a: int, b: int) -> int:
     return -(-a // b) * b
+
+
+def tc_ctas_per_sm(fmt_id: int, MT: int) -> int:
+    """CTAs per SM of ``w4a16_tc`` (mirrors ``TcCfg::MINB``)."""
+    return 2 if (MT <= 32 or (MT == 64 and fmt_id != 2)) else 1
+
+
+def cc_ctas_per_sm(MT: int) -> int:
+    """CTAs per SM of ``w4a16_cc`` and ``w4a4_gemv`` (their ``__launch_bounds__``)."""
+    return 2 if MT <= 2 else 1
 
 
 def tc_smem(block: int, scale_bytes: int, MT: int, KT: int, S: int) -> int:
@@ -145,7 +157,7 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     RT, KU, U = tc_units(pw, KT)
     T = ceil_div(M, MT)
     sms = sm_count()
-    C = n_ctas if n_ctas is not None else max(1, sms // T)
+    C = n_ctas if n_ctas is not None else max(1, tc_ctas_per_sm(kf.fmt_id, MT) * sms // T)
     C = int(max(1, min(C, U)))
     ws, cnt = Workspace.get(T * 2 * C * MT * 64, T * RT)
     smem = tc_smem(kf.block, kf.scale_dtype.itemsize, MT, KT, S)
@@ -168,7 +180,7 @@ def gemv_cc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     kf = pw.fmt
     RT, KU, U = cc_units(pw)
     sms = sm_count()
-    C = int(max(1, min(n_ctas if n_ctas is not None else sms, U)))
+    C = int(max(1, min(n_ctas if n_ctas is not None else cc_ctas_per_sm(MT) * sms, U)))
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
     smem = cc_smem(kf.block, kf.scale_dtype.itemsize, MT, CC_STAGES)
     k = kernel("w4a16_cc", F=kf.fmt_id, MT=MT, S=CC_STAGES, smem=smem)

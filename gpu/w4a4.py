@@ -12,7 +12,7 @@ import numpy as np
 from .build import kernel
 from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
-from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation
+from .w4a16 import Workspace, _out, _on_device, cc_ctas_per_sm, cc_units, check_activation
 
 __all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "W4A4_STAGES", "W4A4_MAX_M", "w4a4_smem"]
 
@@ -67,7 +67,7 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     y, f32 = _out(out, M, pw.N, out_dtype)
     RT, KU, U = cc_units(pw)
     sms = sm_count()
-    C = int(max(1, min(n_ctas if n_ctas is not None else sms, U)))
+    C = int(max(1, min(n_ctas if n_ctas is not None else cc_ctas_per_sm(MT) * sms, U)))
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
     smem = w4a4_smem(MT)
     k = kernel("w4a4_gemv", MT=MT, S=W4A4_STAGES, smem=smem)

@@ -165,6 +165,48 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, formats, kernels, baselines)
             del xs
         if fp16_us:
             ctx.log(f"  cublas_fp16        M={M:<4} {fp16_us:8.2f} us")
+        if K * N <= 4096 * 6144 and M in (1, 16) and "nvfp4" in packed:
+            _cta_sweep(ctx, packed["nvfp4"], x_host, K, N, M, fp16_us, extra)
+
+
+def _cta_sweep(ctx, qsets, x_host, K, N, M, fp16_us, extra):
+    """RaZeR App. E: fewer CTAs than the default for small matrices (fewer partial tiles)."""
+    cp = ctx.cp
+    from ..w4a16 import gemm_tc
+    q, sets = qsets
+    n = len(sets)
+    xs = [cp.asarray(x_host) for _ in range(n)]
+    ys = [cp.empty((M, N), cp.float16) for _ in range(n)]
+    sms = ctx.info["sm_count"]
+    for C in (sms // 2, sms, 2 * sms):
+        fn = lambda i: gemm_tc(xs[i], sets[i], out=ys[i], n_ctas=C)
+        fn(0)
+        t = time_launches(fn, n_sets=n)
+        wb = sets[0].nbytes("frag")
+        ctx.records.append(make_record(kernel=f"w4a16_tc[ctas={C}]", format="nvfp4", K=K, N=N, M=M, timing=t,
+                                       bytes_moved=wb + M * K * 2 + M * N * 2, baseline_fp16_us=fp16_us,
+                                       read_peak_tbps=_peak(ctx, wb), device=ctx.info,
+                                       extra={**extra, "n_ctas": C}))
+        ctx.log(f"  w4a16_tc ctas={C:<4} nvfp4       M={M:<4} {t.median_us:8.2f} us")
+
+
+def bench_temperature(ctx, *, batches=(1, 8), vocab=151936):
+    """ReSET temperature step: one launch per decoding step, logits rotated over 4x L2."""
+    cp = ctx.cp
+    from ..temperature import StepAwareTemperatureGPU
+    for B in batches:
+        for dt in (np.float32, np.float16):
+            n = rotation_count(B * vocab * np.dtype(dt).itemsize, l2_bytes=ctx.info["l2_bytes"])
+            zs = [cp.asarray((ctx.rng.standard_normal((B, vocab)) * 3).astype(dt)) for _ in range(n)]
+            mask = cp.asarray((ctx.rng.random(vocab) < 0.01).astype(np.uint8))
+            s = StepAwareTemperatureGPU(B, seed=3)
+            s.step(zs[0], mask, sync=True)
+            t = time_launches(lambda i: s.step(zs[i], mask), n_sets=n)
+            ctx.records.append(make_record(kernel="reset_temperature", format=np.dtype(dt).name, K=vocab, N=B,
+                                           M=B, timing=t, bytes_moved=B * vocab * np.dtype(dt).itemsize,
+                                           baseline_fp16_us=None, read_peak_tbps=None, device=ctx.info,
+                                           extra={"model": "ReSET sampler", "layer": f"batch {B}"}))
+            ctx.log(f"reset_temperature B={B} V={vocab} {np.dtype(dt).name}: {t.median_us:.2f} us")
 
 
 def _copy(pw):
@@ -175,7 +217,7 @@ def _copy(pw):
 
 
 def run_benchmark(*, shapes=None, Ms=None, formats=None, kernels=None, baselines=("fp16", "fp8"),
-                  seed: int = 7, log=print) -> dict:
+                  seed: int = 7, temperature: bool = True, log=print) -> dict:
     """Run the benchmark; returns ``{"meta": ..., "records": [...]}``."""
     cp = require_cupy()
     info = device_info()
@@ -192,11 +234,21 @@ def run_benchmark(*, shapes=None, Ms=None, formats=None, kernels=None, baselines
         log(f"{model} {layer}: K={K} N={N}")
         _bench_shape(ctx, model, layer, K, N, Ms, formats, kernels, baselines)
         cp.get_default_memory_pool().free_all_blocks()
+    if temperature:
+        bench_temperature(ctx)
     meta = {"device": info, "read_peak_1gib_tbps": peak_1g, "seconds": time.time() - t0,
             "shapes": [list(s) for s in shapes], "M": list(Ms), "formats": formats, "kernels": kernels,
             "method": "CUDA-graph replay, median of 15 replays; weights rotated over >= 4x L2; "
                       "random codes/scales; correctness on 96 sampled columns before timing"}
     return {"meta": meta, "records": ctx.records}
+
+
+def temperature_table(records) -> str:
+    rows = [r for r in records if r["kernel"] == "reset_temperature" and r["time_us"]]
+    lines = ["| batch | vocabulary | logits | time per step (us) |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['N']} | {r['K']} | {r['format']} | {r['time_us']:.2f} |")
+    return "\n".join(lines)
 
 
 def crossover_table(records) -> dict:

@@ -10,7 +10,7 @@
 namespace mt {
 
 constexpr int RS_CLUSTER = 8;
-constexpr int RS_THREADS = 512;
+constexpr int RS_THREADS = 1024;
 constexpr int RS_WARPS = RS_THREADS / 32;
 
 __device__ __forceinline__ unsigned rs_rank() {
@@ -186,15 +186,19 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     for (unsigned c = 0; c < RS_CLUSTER; ++c) m = fmaxf(m, rs_ldf(&sh.bcast[0], c));
     rs_cluster_sync();
 
-    // ---- entropy at T = 1: S = sum e, W = sum e*d (sequential per thread, then the scans)
+    // ---- entropy at T = 1: S = sum e, W = sum e*d (sequential per thread, then the scans);
+    // e is kept: the sampling pass reuses it when T = 1 (d * 1 == d exactly)
     float se = 0.f, sw = 0.f;
+    float e2[RMAX];
 #pragma unroll
     for (int r = 0; r < RMAX; ++r) {
         const long long i = base + (long long)r * RS_THREADS + tid;
         const bool valid = r < R && i < V;
         d[r] = valid ? __fsub_rn(d[r], m) : 0.f;
+        e2[r] = 0.f;
         if (r < R) {
             const float e = valid ? exp_f32(d[r]) : 0.f;
+            e2[r] = e;
             se = __fadd_rn(se, e);
             sw = __fadd_rn(sw, valid ? __fmul_rn(e, d[r]) : 0.f);
         }
@@ -242,13 +246,13 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     const float u = sh.bcast[2];
 
     // ---- sampling: e' = exp(d * invT), scan, first element with e' > 0 and G > u * S'
-    float e2[RMAX];
     float p = 0.f;
+    const bool same = (inv == 1.0f);  // uniform across the CTA
 #pragma unroll
     for (int r = 0; r < RMAX; ++r) {
         const long long i = base + (long long)r * RS_THREADS + tid;
         const bool valid = r < R && i < V;
-        e2[r] = valid ? exp_f32(__fmul_rn(d[r], inv)) : 0.f;
+        if (!same) e2[r] = valid ? exp_f32(__fmul_rn(d[r], inv)) : 0.f;
         if (r < R) p = __fadd_rn(p, e2[r]);
     }
     float te, tunused, ctot, cunused, off, offu, S2, S2u;

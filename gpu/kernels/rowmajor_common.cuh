@@ -20,7 +20,8 @@ struct RmScales {
 };
 
 // Weight part of a unit: codes (64 rows x klen/2 bytes, global row stride K_pad/2) and
-// scales (8 row groups x klen/B columns x 8 rows).
+// scales (8 row groups x klen/B columns x 8 rows). Compile-time trip counts and shifts;
+// a partial last unit (klen < 512) only adds guards.
 template <int F>
 __device__ __forceinline__ void rm_load_weights(unsigned char* s_codes, unsigned char* s_scales, int rt,
                                                 int k0, int klen, int K_pad,
@@ -28,24 +29,27 @@ __device__ __forceinline__ void rm_load_weights(unsigned char* s_codes, unsigned
                                                 const unsigned char* __restrict__ scales) {
     const int tid = threadIdx.x;
     {
-        const int cpr = klen / 32;  // 16-byte chunks per row
+        constexpr int CPR = RM_KC / 32;  // 16-byte chunks per row (16)
+        const int cpr = klen / 32;
         const unsigned char* src = codes + (size_t)rt * RM_ROWS * (K_pad / 2) + k0 / 2;
         const u32 dst = smem_u32(s_codes);
-        for (int i = tid; i < RM_ROWS * cpr; i += RM_THREADS) {
-            const int r = i / cpr, ch = i % cpr;
-            cp_async16(dst + r * (RM_KC / 2) + ch * 16, src + (size_t)r * (K_pad / 2) + ch * 16, 16);
+#pragma unroll
+        for (int j = 0; j < RM_ROWS * CPR / RM_THREADS; ++j) {
+            const int i = tid + j * RM_THREADS;
+            const int r = i / CPR, ch = i % CPR;
+            if (ch < cpr) cp_async16(dst + r * (RM_KC / 2) + ch * 16, src + (size_t)r * (K_pad / 2) + ch * 16, 16);
         }
     }
     {
         constexpr int B = Fmt<F>::BLOCK, SB = Fmt<F>::SCALE_BYTES, NB = RmScales<F>::NB;
-        const int nb = klen / B;
-        const int cpg = nb * 8 * SB / 16;  // chunks per row group
+        constexpr int CPG = NB * 8 * SB / 16;  // chunks per row group, full unit (16 or 4)
+        const int cpg = (klen / B) * 8 * SB / 16;
         const u32 dst = smem_u32(s_scales);
-        for (int i = tid; i < 8 * cpg; i += RM_THREADS) {
-            const int rg = i / cpg, ch = i % cpg;
+        if (tid < 8 * CPG) {
+            const int rg = tid / CPG, ch = tid % CPG;
             const unsigned char* src =
                 scales + (((size_t)(rt * 8 + rg) * (K_pad / B) + k0 / B) * 8) * SB + ch * 16;
-            cp_async16(dst + rg * NB * 8 * SB + ch * 16, src, 16);
+            if (ch < cpg) cp_async16(dst + rg * NB * 8 * SB + ch * 16, src, 16);
         }
     }
 }

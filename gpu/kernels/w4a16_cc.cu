@@ -21,27 +21,28 @@ struct CcCfg {
 };
 
 template <int F, int MT, int STAGES>
-__device__ __forceinline__ void cc_load_unit(unsigned char* st, int u, int KU, int K_pad, int K, int M,
+__device__ __forceinline__ void cc_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int K, int M,
                                              const unsigned char* __restrict__ codes,
                                              const unsigned char* __restrict__ scales,
                                              const __half* __restrict__ x) {
-    using C = CcCfg<F, MT, STAGES>;
-    const int rt = u / KU, k0 = (u % KU) * RM_KC;
-    const int klen = min(RM_KC, K_pad - k0);
     rm_load_weights<F>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
     const u32 dst = smem_u32(st + RM_CODE_BYTES + RmScales<F>::BYTES);
-    constexpr int CPR = RM_KC / 8;
-    for (int i = threadIdx.x; i < MT * CPR; i += RM_THREADS) {
-        const int m = i / CPR, ch = i % CPR;
-        const int k = k0 + ch * 8;
-        const bool ok = (m < M) && (k < K);
-        cp_async16(dst + m * (RM_KC * 2) + ch * 16, ok ? x + (size_t)m * K + k : x, ok ? 16 : 0);
+    constexpr int CPR = RM_KC / 8;  // 64 chunks per token
+    constexpr int TOTAL = MT * CPR;
+#pragma unroll
+    for (int j = 0; j < (TOTAL + RM_THREADS - 1) / RM_THREADS; ++j) {
+        const int i = threadIdx.x + j * RM_THREADS;
+        if (TOTAL % RM_THREADS == 0 || i < TOTAL) {
+            const int m = i / CPR, ch = i % CPR;
+            const int k = k0 + ch * 8;
+            const bool ok = (m < M) && (k < K);
+            cp_async16(dst + m * (RM_KC * 2) + ch * 16, ok ? x + (size_t)m * K + k : x, ok ? 16 : 0);
+        }
     }
-    (void)C::STAGE_BYTES;
 }
 
 template <int F, int MT, int STAGES>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, (MT <= 2 ? 2 : 1))
 w4a16_cc(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
          const __half* __restrict__ x, void* __restrict__ y, float* __restrict__ ws,
          int* __restrict__ counters, int M, int N, int K, int K_pad, int RT, int n_ctas,
@@ -64,28 +65,32 @@ w4a16_cc(const unsigned char* __restrict__ codes, const unsigned char* __restric
 #pragma unroll
         for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
 
+    int prt = ubeg / KU, pkc = ubeg % KU;  // unit being prefetched
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (ubeg + s < uend)
-            cc_load_unit<F, MT, STAGES>(smem + s * C::STAGE_BYTES, ubeg + s, KU, K_pad, K, M, codes, scales, x);
+            cc_load_unit<F, MT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC),
+                                        K_pad, K, M, codes, scales, x);
         cp_async_commit();
+        if (++pkc == KU) { pkc = 0; ++prt; }
     }
     int stage = 0;
+    int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
     for (int u = ubeg; u < uend; ++u) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         {
-            const int un = u + STAGES - 1;
-            if (un < uend)
-                cc_load_unit<F, MT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, un, KU,
-                                            K_pad, K, M, codes, scales, x);
+            if (u + STAGES - 1 < uend)
+                cc_load_unit<F, MT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, prt,
+                                            pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC), K_pad, K, M, codes,
+                                            scales, x);
             cp_async_commit();
+            if (++pkc == KU) { pkc = 0; ++prt; }
         }
         const unsigned char* st = smem + stage * C::STAGE_BYTES;
         const unsigned char* sc = st + RM_CODE_BYTES;
         const unsigned char* xs = sc + RmScales<F>::BYTES;
-        const int k0 = (u % KU) * RM_KC;
-        const int klen = min(RM_KC, K_pad - k0);
+        const int klen = min(RM_KC, K_pad - ckc * RM_KC);
         if (16 * lane < klen) {
             // block scales (and RaZeR's per-block tables) of the thread's 8 rows
             u32 scode[8];
@@ -148,10 +153,10 @@ w4a16_cc(const unsigned char* __restrict__ codes, const unsigned char* __restric
                 }
             }
         }
-        if (u + 1 == uend || (u + 1) % KU == 0) {
+        if (u + 1 == uend || ckc + 1 == KU) {
             rm_reduce_to_part<MT>(acc, red);
             __syncthreads();
-            finish_tile<MT, RM_RED_LD, RM_THREADS>(red, u / KU, 0, U, KU, n_ctas, my_first_tile, ws, counters,
+            finish_tile<MT, RM_RED_LD, RM_THREADS>(red, crt, 0, U, KU, n_ctas, my_first_tile, ws, counters,
                                                    RT, M, N, 0, out_scale, out_f32, y, s_flag);
             __syncthreads();
 #pragma unroll
@@ -160,6 +165,7 @@ w4a16_cc(const unsigned char* __restrict__ codes, const unsigned char* __restric
                 for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
         }
         stage = (stage + 1) % STAGES;
+        if (++ckc == KU) { ckc = 0; ++crt; }
     }
     cp_async_wait<0>();
 }

@@ -27,6 +27,9 @@ struct TcCfg {
     static constexpr int RED_LD = 68;                                       // floats, conflict-free
     static constexpr int RED_BYTES = MT * RED_LD * 4;
     static constexpr int SMEM = STAGES * STAGE_BYTES + RED_BYTES + 16;
+    // Two CTAs per SM where registers (<= 128) and shared memory allow: twice the warps to
+    // hide the decode chains' latency (profiled: 2 warps/scheduler left 57% of issue slots idle).
+    static constexpr int MINB = (MT <= 32 || (MT == 64 && F != 2)) ? 2 : 1;
     static_assert(KT % 64 == 0 && KT / 8 >= 8, "KT must be a multiple of 64");
     static_assert(MT % 8 == 0 && MT >= 8 && MT <= 128, "MT in 8..128, multiple of 8");
     static_assert(F != 2 || KT % 128 == 0, "razer-g128 needs KT multiple of 128");
@@ -48,47 +51,57 @@ __device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
                  : "=r"(r0), "=r"(r1) : "r"(addr));
 }
 
+// One unit (row tile rt, k-chunk starting at k0, klen <= KT valid k) into a stage. Trip
+// counts and index splits are compile-time (the profiled first version spent most of its
+// instructions on runtime divisions here); a partial last unit only adds guards.
 template <int F, int MT, int KT, int STAGES>
-__device__ __forceinline__ void tc_load_unit(unsigned char* stage, int u, int KU, int K_pad, int K,
+__device__ __forceinline__ void tc_load_unit(unsigned char* stage, int rt, int k0, int klen, int K_pad, int K,
                                              int M, int tok0, const u32* __restrict__ codes,
                                              const unsigned char* __restrict__ scales,
                                              const __half* __restrict__ x) {
     using C = TcCfg<F, MT, KT, STAGES>;
     const int tid = threadIdx.x;
-    const int rt = u / KU, kc = u % KU;
-    const int k0 = kc * KT;
-    const int klen = min(KT, K_pad - k0);
-    // codes: contiguous klen*32 bytes
-    {
+    {  // codes: contiguous, klen * 32 bytes
         const unsigned char* src = reinterpret_cast<const unsigned char*>(codes) +
                                    ((size_t)rt * (K_pad / 64) + k0 / 64) * 2048;
         const u32 dst = smem_u32(stage);
-        for (int i = tid; i < klen * 2; i += C::THREADS) cp_async16(dst + i * 16, src + (size_t)i * 16, 16);
+#pragma unroll
+        for (int j = 0; j < KT * 2 / C::THREADS; ++j) {
+            const int i = tid + j * C::THREADS;
+            if (i < klen * 2) cp_async16(dst + i * 16, src + (size_t)i * 16, 16);
+        }
     }
-    // scales: (klen/B) block columns x 64 rows x SB bytes, contiguous
-    {
+    {  // scales: (klen / B) block columns x 64 rows x SB bytes, contiguous
         constexpr int B = Fmt<F>::BLOCK, SB = Fmt<F>::SCALE_BYTES;
+        constexpr int N16 = (KT / B) * 64 * SB / 16;
         const unsigned char* src = scales + ((size_t)rt * (K_pad / B) + k0 / B) * 64 * SB;
         const u32 dst = smem_u32(stage + C::CODE_BYTES);
         const int n16 = (klen / B) * 64 * SB / 16;
-        for (int i = tid; i < n16; i += C::THREADS) cp_async16(dst + i * 16, src + (size_t)i * 16, 16);
+#pragma unroll
+        for (int j = 0; j < (N16 + C::THREADS - 1) / C::THREADS; ++j) {
+            const int i = tid + j * C::THREADS;
+            if (i < n16) cp_async16(dst + i * 16, src + (size_t)i * 16, 16);
+        }
     }
-    // activations: MT tokens x klen halves, 16-byte chunks XOR-swizzled by token & 7
-    {
+    {  // activations: MT tokens x KT halves, 16-byte chunks XOR-swizzled by token & 7
+        constexpr int CPR = KT / 8;  // power of two
+        constexpr int TOTAL = MT * CPR;
         const u32 dst = smem_u32(stage + C::STAGE_BYTES - C::X_BYTES);
-        const int cpr = klen / 8;  // chunks per token row
-        for (int i = tid; i < MT * cpr; i += C::THREADS) {
-            const int j = i / cpr, ch = i % cpr;
-            const int tok = tok0 + j, k = k0 + ch * 8;
-            const bool ok = (tok < M) && (k < K);
-            const __half* src = ok ? x + (size_t)tok * K + k : x;
-            cp_async16(dst + j * (KT * 2) + ((ch ^ (j & 7)) << 4), src, ok ? 16 : 0);
+#pragma unroll
+        for (int j = 0; j < (TOTAL + C::THREADS - 1) / C::THREADS; ++j) {
+            const int i = tid + j * C::THREADS;
+            if (TOTAL % C::THREADS == 0 || i < TOTAL) {
+                const int r = i / CPR, ch = i % CPR;
+                const int tok = tok0 + r, k = k0 + ch * 8;
+                const bool ok = (tok < M) && (k < K) && (ch * 8 < klen);
+                cp_async16(dst + r * (KT * 2) + ((ch ^ (r & 7)) << 4), ok ? x + (size_t)tok * K + k : x, ok ? 16 : 0);
+            }
         }
     }
 }
 
 template <int F, int MT, int KT, int STAGES>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, TcCfg<F, MT, KT, STAGES>::MINB)
 w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales,
          const __half* __restrict__ x, void* __restrict__ y, float* __restrict__ ws,
          int* __restrict__ counters, int M, int N, int K, int K_pad, int RT, int n_ctas,
@@ -121,31 +134,34 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
 
-    // prologue
+    // prologue; (prt, pkc) walks the units being prefetched
+    int prt = ubeg / KU, pkc = ubeg % KU;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (ubeg + s < uend)
-            tc_load_unit<F, MT, KT, STAGES>(smem + s * C::STAGE_BYTES, ubeg + s, KU, K_pad, K, M, tok0,
-                                            codes, scales, x);
+            tc_load_unit<F, MT, KT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * KT, min(KT, K_pad - pkc * KT),
+                                            K_pad, K, M, tok0, codes, scales, x);
         cp_async_commit();
+        if (++pkc == KU) { pkc = 0; ++prt; }
     }
 
     int stage = 0;
+    int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
     for (int u = ubeg; u < uend; ++u) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         {
-            const int un = u + STAGES - 1;
-            if (un < uend)
-                tc_load_unit<F, MT, KT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES,
-                                                un, KU, K_pad, K, M, tok0, codes, scales, x);
+            if (u + STAGES - 1 < uend)
+                tc_load_unit<F, MT, KT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, prt,
+                                                pkc * KT, min(KT, K_pad - pkc * KT), K_pad, K, M, tok0, codes,
+                                                scales, x);
             cp_async_commit();
+            if (++pkc == KU) { pkc = 0; ++prt; }
         }
         const unsigned char* st = smem + stage * C::STAGE_BYTES;
         const unsigned char* sc = st + C::CODE_BYTES;
         const u32 xs = smem_u32(st + C::STAGE_BYTES - C::X_BYTES);
-        const int k0 = (u % KU) * KT;
-        const int klen = min(KT, K_pad - k0);
+        const int klen = min(KT, K_pad - ckc * KT);
         const int groups = klen / 64;
 
         for (int g4 = kq; g4 < groups; g4 += 2) {
@@ -159,7 +175,10 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
                     for (int i = 0; i < 4; ++i) tmp[n][i] = 0.f;
             }
             u32 p0g = L.p0, p0h = L.p0;
-            if constexpr (F == 2) {  // one FP16 scale per 128 k: both k-halves of the group share it
+            uint2 sv8 = make_uint2(0u, 0u);
+            if constexpr (F != 2) {  // the 8 scale codes (4 k-steps x rows g, g+8) of this group
+                sv8 = *reinterpret_cast<const uint2*>(sc + ((g4 * 4 + mtile) * 8 + g) * 8);
+            } else {  // one FP16 scale per 128 k: both halves of the 128-block share it
                 const u32 sw = *reinterpret_cast<const u32*>(sc + (((g4 >> 1) * 4 + mtile) * 8 + g) * 4);
                 p0g = special_p0(L, (sw & 0xFFFFu) >> Fmt<F>::META_SHIFT);
                 p0h = special_p0(L, (sw >> 16) >> Fmt<F>::META_SHIFT);
@@ -169,16 +188,17 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
                 const int kk = g4 * 4 + ks;  // k-step within the unit
                 u32 s2g = one2, s2h = one2, c2g = off2, c2h = off2;
                 if constexpr (F != 2) {
-                    const u32 sb = *reinterpret_cast<const u16*>(sc + ((kk * 4 + mtile) * 8 + g) * 2);
+                    const u32 sb = ((ks < 2 ? sv8.x : sv8.y) >> (16 * (ks & 1))) & 0xFFFFu;  // (row g, row g+8)
                     if constexpr (Fmt<F>::SPECIAL) {
                         p0g = special_p0(L, (sb & 0xFFu) >> Fmt<F>::META_SHIFT);
                         p0h = special_p0(L, (sb >> 8) >> Fmt<F>::META_SHIFT);
                     }
-                    const u32 s2 = hmul2u(scale_f16x2_bits<F>(sb & 0xFFu, sb >> 8), smul2);  // (s_g, s_g8)
+                    const u32 s2 = scale_pair_f16<F>(sb);  // (s_g, s_g8) * 2^-prescale, exact
+                    const u32 c2 = hmul2u(s2, off2);
                     s2g = prmt(s2, 0, 0x1010u);
                     s2h = prmt(s2, 0, 0x3232u);
-                    c2g = hmul2u(s2g, off2);
-                    c2h = hmul2u(s2h, off2);
+                    c2g = prmt(c2, 0, 0x1010u);
+                    c2h = prmt(c2, 0, 0x3232u);
                 }
                 u32 blo, bhi;
                 lut8(wk[ks], p0g, p0h, L, blo, bhi);
@@ -211,7 +231,7 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
             }
             if constexpr (F == 2) {
                 const u32 sw = *reinterpret_cast<const u32*>(sc + (((g4 >> 1) * 4 + mtile) * 8 + g) * 4);
-                const float sg = scale_f32<F>(sw & 0xFFFFu), sh = scale_f32<F>(sw >> 16);
+                const float sg = scale_f32<F>(sw & 0xFFFFu), sh = scale_f32<F>(sw >> 16);  // exact
 #pragma unroll
                 for (int n = 0; n < NT8; ++n) {
                     acc[n][0] = fmaf(tmp[n][0], sg, acc[n][0]);
@@ -223,8 +243,8 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
         }
 
         // end of a row tile in this stripe: combine the two k-halves, finish the tile
-        if (u + 1 == uend || (u + 1) % KU == 0) {
-            const int rt = u / KU;
+        if (u + 1 == uend || ckc + 1 == KU) {
+            const int rt = crt;
             const int r0 = mtile * 16 + g;
             if (kq == 1) {
 #pragma unroll
@@ -257,6 +277,7 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
                 for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
         }
         stage = (stage + 1) % STAGES;
+        if (++ckc == KU) { ckc = 0; ++crt; }
     }
     cp_async_wait<0>();
 }

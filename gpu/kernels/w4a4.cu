@@ -48,13 +48,11 @@ struct W4a4Cfg {
 };
 
 template <int MT, int STAGES>
-__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int u, int KU, int K_pad, int KA, int M,
+__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int KA, int M,
                                                const unsigned char* __restrict__ codes,
                                                const unsigned char* __restrict__ scales,
                                                const u8* __restrict__ acodes, const u8* __restrict__ ascales) {
     using C = W4a4Cfg<MT, STAGES>;
-    const int rt = u / KU, k0 = (u % KU) * RM_KC;
-    const int klen = min(RM_KC, K_pad - k0);
     rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
     unsigned char* ac = st + RM_CODE_BYTES + RmScales<0>::BYTES;
     const u32 dc = smem_u32(ac), ds = smem_u32(ac + C::ACODE_BYTES);
@@ -84,7 +82,7 @@ __device__ __forceinline__ u32 lutbyte_to_s8(u32 b) {
 }
 
 template <int MT, int STAGES>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, (MT <= 2 ? 2 : 1))
 w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
           const u8* __restrict__ acodes, const u8* __restrict__ ascales, const float* __restrict__ a_ts,
           void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int M, int N, int K_pad,
@@ -108,30 +106,33 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
 #pragma unroll
         for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
 
+    int prt = ubeg / KU, pkc = ubeg % KU;  // unit being prefetched
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (ubeg + s < uend)
-            w4a4_load_unit<MT, STAGES>(smem + s * C::STAGE_BYTES, ubeg + s, KU, K_pad, KA, M, codes, scales, acodes,
-                                       ascales);
+            w4a4_load_unit<MT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC),
+                                       K_pad, KA, M, codes, scales, acodes, ascales);
         cp_async_commit();
+        if (++pkc == KU) { pkc = 0; ++prt; }
     }
     int stage = 0;
+    int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
     for (int u = ubeg; u < uend; ++u) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         {
-            const int un = u + STAGES - 1;
-            if (un < uend)
-                w4a4_load_unit<MT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, un, KU, K_pad,
-                                           KA, M, codes, scales, acodes, ascales);
+            if (u + STAGES - 1 < uend)
+                w4a4_load_unit<MT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, prt,
+                                           pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC), K_pad, KA, M, codes,
+                                           scales, acodes, ascales);
             cp_async_commit();
+            if (++pkc == KU) { pkc = 0; ++prt; }
         }
         const unsigned char* st = smem + stage * C::STAGE_BYTES;
         const unsigned char* sc = st + RM_CODE_BYTES;
         const unsigned char* ac = sc + RmScales<0>::BYTES;
         const unsigned char* as = ac + C::ACODE_BYTES;
-        const int k0 = (u % KU) * RM_KC;
-        const int klen = min(RM_KC, K_pad - k0);
+        const int klen = min(RM_KC, K_pad - ckc * RM_KC);
         if (16 * lane < klen) {
             // activations of block `lane` for every token: signed bytes 4v, offset correction, scale/16
             u32 aw[MT][4];
@@ -171,10 +172,10 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                 }
             }
         }
-        if (u + 1 == uend || (u + 1) % KU == 0) {
+        if (u + 1 == uend || ckc + 1 == KU) {
             rm_reduce_to_part<MT>(acc, red);
             __syncthreads();
-            finish_tile<MT, RM_RED_LD, RM_THREADS>(red, u / KU, 0, U, KU, n_ctas, my_first_tile, ws, counters, RT,
+            finish_tile<MT, RM_RED_LD, RM_THREADS>(red, crt, 0, U, KU, n_ctas, my_first_tile, ws, counters, RT,
                                                    M, N, 0, out_scale, out_f32, y, s_flag);
             __syncthreads();
 #pragma unroll
@@ -183,6 +184,7 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                 for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
         }
         stage = (stage + 1) % STAGES;
+        if (++ckc == KU) { ckc = 0; ++crt; }
     }
     cp_async_wait<0>();
 }

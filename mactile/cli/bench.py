@@ -53,7 +53,8 @@ def run_gpu(args) -> int:
     stem = out / args.name
     write_json(res["records"], f"{stem}.json", meta=res["meta"])
     table = fb.summary_table(res["records"], Ms=[m for m in (1, 2, 4, 8, 16, 64, 256) if m in Ms])
-    Path(f"{stem}.md").write_text(table + "\n")
+    ttable = fb.temperature_table(res["records"])
+    Path(f"{stem}.md").write_text(table + "\n\n" + ttable + "\n")
     cx = fb.crossover_table(res["records"])
     cx["device"] = res["meta"]["device"]["name"]
     cx["date"] = res["meta"]["device"]["date"]
@@ -65,5 +66,6 @@ def run_gpu(args) -> int:
     except ImportError as e:
         print(f"(no plot: {e})")
     print(table)
+    print(ttable)
     print(f"wrote {stem}.json, {stem}.md, {stem}_crossover.json, {stem}.png")
     return 0

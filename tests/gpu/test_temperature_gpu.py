@@ -54,4 +54,4 @@ def test_errors():
     with pytest.raises(ValueError, match="step_end_mask"):
         s.step(cp.zeros((2, 10), cp.float32), cp.zeros(9, cp.uint8))
     with pytest.raises(ValueError, match="exceeds"):
-        s.step(cp.zeros((2, 8 * 512 * 64 + 1), cp.float32), cp.zeros(8 * 512 * 64 + 1, cp.uint8))
+        s.step(cp.zeros((2, 8 * 1024 * 32 + 1), cp.float32), cp.zeros(8 * 1024 * 32 + 1, cp.uint8))
