@@ -46,8 +46,8 @@ class StepAwareTemperatureGPU:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if not (self.t_low > 0 and self.t_high > 0):
             raise ValueError("temperatures must be positive")
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+        if not 1 <= self.window <= 256:
+            raise ValueError(f"window must be in 1..256 (the kernel keeps it in shared memory), got {self.window}")
         B = self.batch
         self.count = cp.zeros(B, cp.int64)
         self.sum_all = cp.zeros(B, cp.float64)

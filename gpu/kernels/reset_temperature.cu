@@ -63,15 +63,22 @@ __device__ __forceinline__ float warp_incl(float x, int lane) {
     return x;
 }
 
+constexpr int RS_RING_MAX = 256;  // largest window the kernel keeps in shared memory
+
 struct RsShared {
     float wt[2][RS_WARPS];
     float wi[2][RS_WARPS];
     float ti[2][RS_THREADS];
-    float tot[2];
+    float tot[2][2];  // [phase][value]: each cluster exchange has its own slot (no reuse barrier)
     float red[RS_WARPS];
     int ired[2][RS_WARPS];
     int isel[2];
     float bcast[4];
+    // per-sequence state, loaded at kernel start so its latency overlaps the logits pass
+    double ring[RS_RING_MAX];
+    double sum_all, step_sum;
+    long long count, t0, step_n, seq;
+    int prev_end;
 };
 
 // Thread inclusive prefix TI and exclusive TE of `x` (two independent values) within the
@@ -107,12 +114,13 @@ __device__ __forceinline__ void cta_scan2(RsShared& sh, float x0, float x1, floa
     tot1 = sh.ti[1][RS_THREADS - 1];
 }
 
-// Offsets of this CTA in the cluster chain and the cluster totals (all threads).
-__device__ __forceinline__ void cluster_chain2(RsShared& sh, float tot0, float tot1, unsigned rank, float& off0,
-                                               float& off1, float& all0, float& all1) {
+// Offsets of this CTA in the cluster chain and the cluster totals (all threads). Each
+// phase uses its own slot, so no second barrier is needed before the slot could be reused.
+__device__ __forceinline__ void cluster_chain2(RsShared& sh, int phase, float tot0, float tot1, unsigned rank,
+                                               float& off0, float& off1, float& all0, float& all1) {
     if (threadIdx.x == 0) {
-        sh.tot[0] = tot0;
-        sh.tot[1] = tot1;
+        sh.tot[phase][0] = tot0;
+        sh.tot[phase][1] = tot1;
     }
     rs_cluster_sync();
     float c0 = 0.f, c1 = 0.f;
@@ -123,12 +131,11 @@ __device__ __forceinline__ void cluster_chain2(RsShared& sh, float tot0, float t
             off0 = c0;
             off1 = c1;
         }
-        c0 = __fadd_rn(c0, rs_ldf(&sh.tot[0], c));
-        c1 = __fadd_rn(c1, rs_ldf(&sh.tot[1], c));
+        c0 = __fadd_rn(c0, rs_ldf(&sh.tot[phase][0], c));
+        c1 = __fadd_rn(c1, rs_ldf(&sh.tot[phase][1], c));
     }
     all0 = c0;
     all1 = c1;
-    rs_cluster_sync();  // nobody overwrites tot before everyone has read it
 }
 
 __device__ __forceinline__ float rs_uniform(unsigned long long seed, long long seq, long long pos) {
@@ -159,6 +166,17 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     const long long base = (long long)rank * RS_THREADS * R;
     const float* z32 = reinterpret_cast<const float*>(logits) + (size_t)b * V;
     const __half* z16 = reinterpret_cast<const __half*>(logits) + (size_t)b * V;
+    if (tid == 0) {  // state: loads issued now, consumed after the first passes
+        sh.count = st_count[b];
+        sh.prev_end = st_prev_end[b];
+        sh.t0 = st_t0[b];
+        sh.step_sum = st_step_sum[b];
+        sh.step_n = st_step_n[b];
+        sh.sum_all = st_sum_all[b];
+        sh.seq = seq_ids[b];
+    } else if (warp == 1) {
+        for (int i = lane; i < window; i += 32) sh.ring[i] = st_ring[(size_t)b * window + i];
+    }
 
     // ---- load, max
     float d[RMAX];
@@ -184,7 +202,6 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     float m = -INFINITY;
 #pragma unroll
     for (unsigned c = 0; c < RS_CLUSTER; ++c) m = fmaxf(m, rs_ldf(&sh.bcast[0], c));
-    rs_cluster_sync();
 
     // ---- entropy at T = 1: S = sum e, W = sum e*d (sequential per thread, then the scans);
     // e is kept: the sampling pass reuses it when T = 1 (d * 1 == d exactly)
@@ -205,17 +222,17 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     }
     float te0, te1, tot0, tot1, off0, off1, S, Wt;
     cta_scan2(sh, se, sw, te0, te1, tot0, tot1);
-    cluster_chain2(sh, tot0, tot1, rank, off0, off1, S, Wt);
+    cluster_chain2(sh, 0, tot0, tot1, rank, off0, off1, S, Wt);
     const float H = __fsub_rn(log_f32(S), __fdiv_rn(Wt, S));
 
     // ---- decision (identical in every CTA: same state, same arithmetic)
     if (tid == 0) {
-        const long long t = st_count[b];
-        const bool prev = st_prev_end[b] != 0;
-        const long long t0 = prev ? t : st_t0[b];
-        double ssum = prev ? 0.0 : st_step_sum[b];
-        long long sn = prev ? 0 : st_step_n[b];
-        const double sum_all = st_sum_all[b] + (double)H;
+        const long long t = sh.count;
+        const bool prev = sh.prev_end != 0;
+        const long long t0 = prev ? t : sh.t0;
+        double ssum = prev ? 0.0 : sh.step_sum;
+        long long sn = prev ? 0 : sh.step_n;
+        const double sum_all = sh.sum_all + (double)H;
         const double hbar = sum_all / (double)(t + 1);
         ssum += (double)H;
         sn += 1;
@@ -224,7 +241,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
             const long long nwin = (t + 1 < window) ? t + 1 : window;
             double acc = 0.0;
             for (long long p = t - nwin + 1; p <= t; ++p)
-                acc += (p == t) ? (double)H : st_ring[(size_t)b * window + (size_t)(p % window)];
+                acc += (p == t) ? (double)H : sh.ring[p % window];
             hstep = acc / (double)nwin;
         } else {
             hstep = ssum / (double)sn;
@@ -232,7 +249,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
         const double tau = (hstep <= hbar) ? tau0 : hstep;
         const int low = ((double)H < tau) ? 1 : 0;
         sh.bcast[1] = low ? inv_low : inv_high;
-        sh.bcast[2] = rs_uniform(seed, seq_ids[b], t);
+        sh.bcast[2] = rs_uniform(seed, sh.seq, t);
         if (rank == 0) {
             out_temp[b] = low ? t_low : t_high;
             out_entropy[b] = H;
@@ -257,7 +274,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     }
     float te, tunused, ctot, cunused, off, offu, S2, S2u;
     cta_scan2(sh, p, 0.f, te, tunused, ctot, cunused);
-    cluster_chain2(sh, ctot, 0.f, rank, off, offu, S2, S2u);
+    cluster_chain2(sh, 1, ctot, 0.f, rank, off, offu, S2, S2u);
     const float target = __fmul_rn(u, S2);
     int first = 0x7fffffff, last = -1;
     float s = 0.f;
@@ -304,16 +321,12 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
         const int tok = cc * RS_THREADS * R + rr * RS_THREADS + j;
         out_token[b] = tok;
         // state update (every CTA read the old state before the barrier above)
-        const long long t = st_count[b];
-        const bool prev = st_prev_end[b] != 0;
-        if (prev) {
-            st_t0[b] = t;
-            st_step_sum[b] = 0.0;
-            st_step_n[b] = 0;
-        }
-        st_sum_all[b] = st_sum_all[b] + (double)H;
-        st_step_sum[b] = st_step_sum[b] + (double)H;
-        st_step_n[b] = st_step_n[b] + 1;
+        const long long t = sh.count;
+        const bool prev = sh.prev_end != 0;
+        st_t0[b] = prev ? t : sh.t0;
+        st_step_sum[b] = (prev ? 0.0 : sh.step_sum) + (double)H;
+        st_step_n[b] = (prev ? 0 : sh.step_n) + 1;
+        st_sum_all[b] = sh.sum_all + (double)H;
         st_ring[(size_t)b * window + (size_t)(t % window)] = (double)H;
         st_count[b] = t + 1;
         st_prev_end[b] = step_end[tok] ? 1 : 0;

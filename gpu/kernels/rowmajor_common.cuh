@@ -27,28 +27,29 @@ __device__ __forceinline__ void rm_load_weights(unsigned char* s_codes, unsigned
                                                 int k0, int klen, int K_pad,
                                                 const unsigned char* __restrict__ codes,
                                                 const unsigned char* __restrict__ scales) {
-    const int tid = threadIdx.x;
+    const unsigned tid = threadIdx.x;
     {
-        constexpr int CPR = RM_KC / 32;  // 16-byte chunks per row (16)
-        const int cpr = klen / 32;
-        const unsigned char* src = codes + (size_t)rt * RM_ROWS * (K_pad / 2) + k0 / 2;
+        constexpr unsigned CPR = RM_KC / 32;  // 16-byte chunks per row (16)
+        const unsigned cpr = (unsigned)klen / 32;
+        const unsigned stride = (unsigned)K_pad / 2;
+        const unsigned char* src = codes + (size_t)rt * RM_ROWS * stride + (unsigned)k0 / 2;
         const u32 dst = smem_u32(s_codes);
 #pragma unroll
-        for (int j = 0; j < RM_ROWS * CPR / RM_THREADS; ++j) {
-            const int i = tid + j * RM_THREADS;
-            const int r = i / CPR, ch = i % CPR;
-            if (ch < cpr) cp_async16(dst + r * (RM_KC / 2) + ch * 16, src + (size_t)r * (K_pad / 2) + ch * 16, 16);
+        for (unsigned j = 0; j < RM_ROWS * CPR / RM_THREADS; ++j) {
+            const unsigned i = tid + j * RM_THREADS;
+            const unsigned r = i / CPR, ch = i % CPR;
+            if (ch < cpr) cp_async16(dst + r * (RM_KC / 2) + ch * 16, src + (size_t)r * stride + ch * 16, 16);
         }
     }
     {
-        constexpr int B = Fmt<F>::BLOCK, SB = Fmt<F>::SCALE_BYTES, NB = RmScales<F>::NB;
-        constexpr int CPG = NB * 8 * SB / 16;  // chunks per row group, full unit (16 or 4)
-        const int cpg = (klen / B) * 8 * SB / 16;
+        constexpr unsigned B = Fmt<F>::BLOCK, SB = Fmt<F>::SCALE_BYTES, NB = RmScales<F>::NB;
+        constexpr unsigned CPG = NB * 8 * SB / 16;  // chunks per row group, full unit (16 or 4)
+        const unsigned cpg = ((unsigned)klen / B) * 8 * SB / 16;
         const u32 dst = smem_u32(s_scales);
         if (tid < 8 * CPG) {
-            const int rg = tid / CPG, ch = tid % CPG;
+            const unsigned rg = tid / CPG, ch = tid % CPG;
             const unsigned char* src =
-                scales + (((size_t)(rt * 8 + rg) * (K_pad / B) + k0 / B) * 8) * SB + ch * 16;
+                scales + (((size_t)(rt * 8 + rg) * ((unsigned)K_pad / B) + (unsigned)k0 / B) * 8) * SB + ch * 16;
             if (ch < cpg) cp_async16(dst + rg * NB * 8 * SB + ch * 16, src, 16);
         }
     }

@@ -26,17 +26,20 @@ __device__ __forceinline__ void cc_load_unit(unsigned char* st, int rt, int k0, 
                                              const unsigned char* __restrict__ scales,
                                              const __half* __restrict__ x) {
     rm_load_weights<F>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
+    // activations: chunk ch (8 halves) of token m goes to [hk = ch & 1][m][lane = ch >> 1], so
+    // that a warp reading one 16-byte chunk per lane reads 512 contiguous bytes
     const u32 dst = smem_u32(st + RM_CODE_BYTES + RmScales<F>::BYTES);
-    constexpr int CPR = RM_KC / 8;  // 64 chunks per token
-    constexpr int TOTAL = MT * CPR;
+    constexpr unsigned CPR = RM_KC / 8;  // 64 chunks per token
+    constexpr unsigned TOTAL = MT * CPR;
 #pragma unroll
-    for (int j = 0; j < (TOTAL + RM_THREADS - 1) / RM_THREADS; ++j) {
-        const int i = threadIdx.x + j * RM_THREADS;
+    for (unsigned j = 0; j < (TOTAL + RM_THREADS - 1) / RM_THREADS; ++j) {
+        const unsigned i = threadIdx.x + j * RM_THREADS;
         if (TOTAL % RM_THREADS == 0 || i < TOTAL) {
-            const int m = i / CPR, ch = i % CPR;
-            const int k = k0 + ch * 8;
-            const bool ok = (m < M) && (k < K);
-            cp_async16(dst + m * (RM_KC * 2) + ch * 16, ok ? x + (size_t)m * K + k : x, ok ? 16 : 0);
+            const unsigned m = i / CPR, ch = i % CPR;
+            const int k = k0 + (int)ch * 8;
+            const bool ok = ((int)m < M) && (k < K);
+            cp_async16(dst + (((ch & 1u) * MT + m) * 32 + (ch >> 1)) * 16, ok ? x + (size_t)m * (unsigned)K + (unsigned)k : x,
+                       ok ? 16 : 0);
         }
     }
 }
@@ -123,7 +126,7 @@ w4a16_cc(const unsigned char* __restrict__ codes, const unsigned char* __restric
                 float xf[MT][8];
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
-                    const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * (RM_KC * 2) + (16 * lane + 8 * hk) * 2);
+                    const uint4 xv = *reinterpret_cast<const uint4*>(xs + ((hk * MT + m) * 32 + lane) * 16);
                     const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
                     for (int q = 0; q < 4; ++q) {

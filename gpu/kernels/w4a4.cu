@@ -56,19 +56,23 @@ __device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0
     rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
     unsigned char* ac = st + RM_CODE_BYTES + RmScales<0>::BYTES;
     const u32 dc = smem_u32(ac), ds = smem_u32(ac + C::ACODE_BYTES);
-    // the activation buffers are padded to KA (multiple of 512): always whole units
-    for (int i = threadIdx.x; i < MT * 16; i += RM_THREADS) {
-        const int m = i / 16, ch = i % 16;
-        const bool ok = m < M;
-        cp_async16(dc + m * (RM_KC / 2) + ch * 16, ok ? acodes + (size_t)m * (KA / 2) + k0 / 2 + ch * 16 : acodes,
+    // the activation buffers are padded to KA (multiple of 512): always whole units.
+    // MT*16 code chunks and MT*2 scale chunks (MT <= 8): one predicated copy each.
+    const unsigned tid = threadIdx.x;
+    static_assert(MT * 16 <= RM_THREADS, "one activation chunk per thread");
+    if (tid < MT * 16) {
+        const unsigned m = tid >> 4, ch = tid & 15u;
+        const bool ok = (int)m < M;
+        cp_async16(dc + m * (RM_KC / 2) + ch * 16,
+                   ok ? acodes + (size_t)m * (unsigned)(KA / 2) + (unsigned)(k0 / 2) + ch * 16 : acodes, ok ? 16 : 0);
+    } else if (tid < MT * 16 + MT * 2) {
+        const unsigned j = tid - MT * 16, m = j >> 1, ch = j & 1u;
+        const bool ok = (int)m < M;
+        cp_async16(ds + m * (RM_KC / 16) + ch * 16,
+                   ok ? ascales + (size_t)m * (unsigned)(KA / 16) + (unsigned)(k0 / 16) + ch * 16 : ascales,
                    ok ? 16 : 0);
     }
-    for (int i = threadIdx.x; i < MT * 2; i += RM_THREADS) {
-        const int m = i / 2, ch = i % 2;
-        const bool ok = m < M;
-        cp_async16(ds + m * (RM_KC / 16) + ch * 16, ok ? ascales + (size_t)m * (KA / 16) + k0 / 16 + ch * 16 : ascales,
-                   ok ? 16 : 0);
-    }
+    (void)klen;
 }
 
 __device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
