@@ -112,7 +112,7 @@ def _kernel(family: str, **targs):
 def default_instances() -> list[tuple[str, dict]]:
     """Every instantiation the Python wrappers and the benchmark use."""
     from .w4a16 import CC_STAGES, TC_CONFIGS
-    from .w4a4 import W4A4_STAGES
+    from .w4a4 import w4a4_stages
     from .temperature import R_CHOICES
 
     out = []
@@ -122,7 +122,7 @@ def default_instances() -> list[tuple[str, dict]]:
         for MT in (1, 2, 4, 8):
             out.append(("w4a16_cc", {"F": F, "MT": MT, "S": CC_STAGES}))
     for MT in (1, 2, 4, 8):
-        out.append(("w4a4_gemv", {"MT": MT, "S": W4A4_STAGES}))
+        out.append(("w4a4_gemv", {"MT": MT, "S": w4a4_stages(MT)}))
     out.append(("nvfp4_quantize_act", {}))
     for R in R_CHOICES:
         out.append(("reset_temperature_step", {"R": R}))

@@ -19,7 +19,7 @@ from .runtime import ceil_div, check_launch, require_cupy, sm_count
 
 __all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "CC_STAGES", "tc_config", "tc_smem", "cc_smem",
            "tc_units", "cc_units", "Workspace", "CC_MAX_M", "check_activation", "tc_ctas_per_sm",
-           "cc_ctas_per_sm"]
+           "cc_ctas_per_sm", "default_ctas"]
 
 #: Tensor-core tile configurations by tokens per CTA: (MT, KT, stages). Larger M runs
 #: several 64-token tiles (two CTAs per SM beat one 128-token CTA per SM).
@@ -48,6 +48,15 @@ def tc_ctas_per_sm(fmt_id: int, MT: int) -> int:
 def cc_ctas_per_sm(MT: int) -> int:
     """CTAs per SM of ``w4a16_cc`` and ``w4a4_gemv`` (their ``__launch_bounds__``)."""
     return 2 if MT <= 2 else 1
+
+
+def default_ctas(units: int, ctas_per_sm: int, *, min_units: int) -> int:
+    """CTAs for a stripe-partitioned launch: up to ``ctas_per_sm`` per SM, but at least
+    ``min_units`` work units per CTA and never fewer than one CTA per SM -- RaZeR App. E's
+    limited-SM rule for small matrices (the measured sweep in docs/gpu.md: 132 CTAs beat
+    264 on 4096x4096 and 4096x6144 by 6-13%)."""
+    sms = sm_count()
+    return int(max(1, min(ctas_per_sm * sms, max(sms, units // min_units), units)))
 
 
 def tc_smem(block: int, scale_bytes: int, MT: int, KT: int, S: int) -> int:
@@ -156,8 +165,10 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     kf = pw.fmt
     RT, KU, U = tc_units(pw, KT)
     T = ceil_div(M, MT)
-    sms = sm_count()
-    C = n_ctas if n_ctas is not None else max(1, tc_ctas_per_sm(kf.fmt_id, MT) * sms // T)
+    if n_ctas is not None:
+        C = n_ctas
+    else:
+        C = max(1, default_ctas(U, tc_ctas_per_sm(kf.fmt_id, MT), min_units=12) // T)
     C = int(max(1, min(C, U)))
     ws, cnt = Workspace.get(T * 2 * C * MT * 64, T * RT)
     smem = tc_smem(kf.block, kf.scale_dtype.itemsize, MT, KT, S)
@@ -179,8 +190,8 @@ def gemv_cc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     y, f32 = _out(out, M, pw.N, out_dtype)
     kf = pw.fmt
     RT, KU, U = cc_units(pw)
-    sms = sm_count()
-    C = int(max(1, min(n_ctas if n_ctas is not None else cc_ctas_per_sm(MT) * sms, U)))
+    C = n_ctas if n_ctas is not None else default_ctas(U, cc_ctas_per_sm(MT), min_units=6)
+    C = int(max(1, min(C, U)))
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
     smem = cc_smem(kf.block, kf.scale_dtype.itemsize, MT, CC_STAGES)
     k = kernel("w4a16_cc", F=kf.fmt_id, MT=MT, S=CC_STAGES, smem=smem)

@@ -11,18 +11,29 @@ import numpy as np
 
 from .build import kernel
 from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
-from .runtime import ceil_div, check_launch, require_cupy, sm_count
-from .w4a16 import Workspace, _out, _on_device, cc_ctas_per_sm, cc_units, check_activation
+from .runtime import ceil_div, check_launch, require_cupy
+from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
 
-__all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "W4A4_STAGES", "W4A4_MAX_M", "w4a4_smem"]
+__all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M",
+           "w4a4_smem"]
 
-W4A4_STAGES = 4
 W4A4_MAX_M = 8
+
+
+def w4a4_stages(MT: int) -> int:
+    """Pipeline stages: 3 for M = 1 (three CTAs per SM fit), else 4."""
+    return 3 if MT == 1 else 4
+
+
+def w4a4_ctas_per_sm(MT: int) -> int:
+    """CTAs per SM (the kernel's ``__launch_bounds__``)."""
+    return 3 if MT == 1 else 2 if MT == 2 else 1
 _KC = 512
 
 
-def w4a4_smem(MT: int, S: int = W4A4_STAGES) -> int:
+def w4a4_smem(MT: int, S: int | None = None) -> int:
     """Dynamic shared memory of ``w4a4_gemv`` (mirrors ``W4a4Cfg`` in w4a4.cu)."""
+    S = w4a4_stages(MT) if S is None else S
     stage = (64 * _KC // 2) + 8 * (_KC // 16) * 8 + MT * (_KC // 2) + (-(-MT * (_KC // 16) // 128)) * 128
     return S * stage + MT * 68 * 4 + 16
 
@@ -66,11 +77,11 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     MT = 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else 8
     y, f32 = _out(out, M, pw.N, out_dtype)
     RT, KU, U = cc_units(pw)
-    sms = sm_count()
-    C = int(max(1, min(n_ctas if n_ctas is not None else cc_ctas_per_sm(MT) * sms, U)))
+    C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
+    C = int(max(1, min(C, U)))
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
     smem = w4a4_smem(MT)
-    k = kernel("w4a4_gemv", MT=MT, S=W4A4_STAGES, smem=smem)
+    k = kernel("w4a4_gemv", MT=MT, S=w4a4_stages(MT), smem=smem)
     l0, l1, l2, l3, _ = pw.fmt.lut_args
     k((C,), (256,), (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, ws, cnt,
                      np.int32(M), np.int32(pw.N), np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(RT),

@@ -86,7 +86,7 @@ __device__ __forceinline__ u32 lutbyte_to_s8(u32 b) {
 }
 
 template <int MT, int STAGES>
-__global__ void __launch_bounds__(256, (MT <= 2 ? 2 : 1))
+__global__ void __launch_bounds__(256, (MT == 1 ? 3 : MT == 2 ? 2 : 1))
 w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
           const u8* __restrict__ acodes, const u8* __restrict__ ascales, const float* __restrict__ a_ts,
           void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int M, int N, int K_pad,
