@@ -303,6 +303,6 @@ def summary_table(records, *, Ms=(1, 8, 16, 64, 256)) -> str:
 
 
 def plot(records, path) -> None:
-    recs = [r for r in records if r["kernel"] not in ("cublas_fp16",)]
+    recs = [r for r in records if r["kernel"] not in ("cublas_fp16", "reset_temperature") and "[" not in r["kernel"]]
     plot_records(recs, path, panel=lambda r: f"{r.get('model', '')} {r.get('layer', '')} K={r['K']} N={r['N']}",
                  series=lambda r: f"{r['kernel']}/{r['format']}", title="Speedup over cuBLAS FP16 (H100)")

@@ -91,7 +91,7 @@ def test_sampling_distribution(rng):
     z = _logits(rng, 1, V, 1.5)
     sam = StepAwareTemperature(tau0=1e9, t_low=0.7, t_high=0.7, layout=SMALL, seed=11)
     counts = np.zeros(V)
-    n = 4000
+    n = 2000
     for _ in range(n):
         counts[sam.step(z, np.zeros(V, bool)).tokens[0]] += 1
     p = np.exp((z[0] - z[0].max()) / 0.7)
