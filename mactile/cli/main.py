@@ -17,6 +17,7 @@ from mactile.cli.common import CliError
 COMMANDS = [
     "mactile.cli.list_cmd",
     "mactile.cli.quantize",
+    "mactile.cli.formats",
     "mactile.cli.bench",
 ]
 
