@@ -347,18 +347,23 @@ class FloatFormat:
 
     @functools.cached_property
     def _rne_table(self):
-        """Midpoints between magnitude-adjacent codes (float64, and float32 where every
-        midpoint is exact in it) and whether a tie at each goes up (to the even code)."""
+        """Magnitude-ordered codes, the midpoints between neighbours, and which way a tie
+        at each midpoint goes (to the even code). The codes are ``0..max_code`` in order
+        (checked): the encoders rely on it, and GPU code generators read this table."""
         mags = np.arange(self.max_code + 1)
         vals = self.values[mags]
         if not np.all(np.diff(vals) > 0):
             raise AssertionError(f"{self.name}: codes are not monotonic in magnitude")
         mids = (vals[:-1] + vals[1:]) / 2.0  # exact in float64 for <= 8-bit formats
         tie_up = (mags[1:] & 1) == 0
+        return mags.astype(self.dtype), mids, tie_up
+
+    @functools.cached_property
+    def _rne_mids32(self):
+        """The midpoints in float32, or None if one of them is not exact there."""
+        mids = self._rne_table[1]
         mids32 = mids.astype(np.float32)
-        if not np.array_equal(mids32, mids):
-            mids32 = None
-        return mids, mids32, tie_up
+        return mids32 if np.array_equal(mids32, mids) else None
 
     #: Up to this many midpoints, counting comparisons beats a binary search.
     _COMPARE_MAX = 15
@@ -373,7 +378,7 @@ class FloatFormat:
         encoder (so it inherits its exactness); ``None`` if some midpoint is off the grid.
         """
         shift = 23 - (self.man_bits + 1)
-        mids32 = self._rne_table[1]
+        mids32 = self._rne_mids32
         if shift < 1 or mids32 is None or (mids32.view(np.uint32) & ((1 << shift) - 1)).any():
             return None
         grid = np.arange(1 << (32 - shift), dtype=np.uint64) << np.uint64(shift)
@@ -400,7 +405,8 @@ class FloatFormat:
         float16/float32 input stays in float32 where every midpoint is exact there (no
         float64 copy).
         """
-        mids, mids32, tie_up = self._rne_table
+        _, mids, tie_up = self._rne_table
+        mids32 = self._rne_mids32
         if a.dtype.kind == "f" and a.itemsize <= 4 and mids32 is not None:
             mids = mids32
             a = a.astype(np.float32, copy=False)
