@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from mactile.cli.common import CliError
-from mactile.cli.design_args import add_design_args, build_component, resolve_design
+from mactile.cli.design_args import add_design_args, resolve_design
 
 
 def _positive(text: str) -> int:
@@ -70,17 +70,18 @@ def run(args) -> int:
     design, params = resolve_design(args)
     if not design.bench:
         raise CliError(f"{design.name} has no testbench registered; it cannot be simulated")
-    comp = build_component(design, params)
     suite = args.suite or ("exhaustive" if args.exhaustive else None)
     try:
         result = sim_run(design, suite=suite, vectors=args.vectors, seed=args.seed, sim=args.sim,
-                         lanes=args.lanes, depth=args.depth, params=params, component=comp,
+                         lanes=args.lanes, depth=args.depth, params=params,
                          waves=args.waves, activity=args.activity,
                          test_dir=args.out)
     except SimulatorUnavailable as e:
         raise CliError(str(e)) from None
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    except ImportError as e:
+        raise CliError(f"mactile sim needs the [sim] extra: pip install 'mactile[sim]' ({e})") from None
+    except (ValueError, TypeError) as e:
+        raise CliError(f"{design.name}: {e}") from None
     print(result.summary())
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=1, default=str) + "\n")
