@@ -176,8 +176,11 @@ _RUNTIME_GLOB = "verilated*.[od]"
 
 
 def _runtime_cache(build_root: Path, sim: Simulator, trace: str | None) -> Path:
-    cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
-                         text=True).stdout.splitlines()[:1]
+    try:
+        cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
+                             text=True).stdout.splitlines()[:1]
+    except FileNotFoundError:
+        cxx = ["unknown"]
     key = hashlib.sha256(f"{sim.version}|{trace}|{cxx}|{sim.path}".encode()).hexdigest()[:10]
     return build_root / ".verilator-runtime" / key
 
@@ -247,8 +250,9 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
                             clock_period_ns=PERIOD_NS if internal_clock else None)
     layout = Layout(tuple(gen.ports), lanes, depth)
     # The folder name carries a hash of everything the build depends on.
-    key = hashlib.sha256("\0".join([gen.verilog, wrapper, sim.name, sim.version, str(trace),
-                                    " ".join(VERILATOR_FLAGS), PUBLIC_PORTS_VLT, sys.version]).encode()).hexdigest()[:10]
+    parts = [gen.verilog, wrapper, sim.name, sim.version, str(trace), " ".join(VERILATOR_FLAGS),
+             PUBLIC_PORTS_VLT, sys.version]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     build_dir = build_root / design_name / f"{sim.name}-{gen.module}-L{lanes}x{depth}" \
         f"{'-' + trace if trace else ''}-{key}"
     stamp = build_dir / ".mactile-built"
@@ -299,8 +303,7 @@ def _test_runner(sim: str, trace: str | None):
 
 
 def _input_activity(vectors: Vectors, layout: Layout) -> dict:
-    """Toggle rate of every input port bit of lane 0 over its checked cycles, averaged per
-    port, in transitions per clock (OpenSTA's ``-activity``), and the duty (fraction of
+    """Toggle rate of every input port bit of lane 0 over the run, averaged per port, in transitions per clock (OpenSTA's ``-activity``), and the duty (fraction of
     clocks at 1). The power flow sets input activity from this where no SAIF reader
     exists."""
     out = {}
@@ -385,6 +388,8 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     bench = d.load_bench()(**resolved)
     suite = suite or bench.suites[0]
     bench.check_suite(suite)
+    if vectors is not None and suite in bench.fixed_suites:
+        raise ValueError(f"suite {suite!r} has a fixed size; `vectors` does not apply to it")
     comp = component if component is not None else d.load_builder()(**resolved)
     latency = getattr(comp, "latency", None)
     if not isinstance(latency, int):

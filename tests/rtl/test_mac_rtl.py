@@ -115,3 +115,23 @@ def test_generate_manifest_via_cli(tmp_path, capsys):
     assert man["latency"] == 1 and man["params"]["a_format"] == "fp6_e3m2"
     assert {p["name"] for p in man["ports"]} >= {"a", "w", "valid", "clear", "acc"}
     assert "wrote" in capsys.readouterr().out
+
+
+def test_generate_errors_name_the_problem_and_write_nothing(tmp_path, capsys):
+    from mactile.cli.main import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("params: {multiplier: int4}\n")
+    out = tmp_path / "out"
+    assert main(["generate", "mac-int8", "--config", str(cfg), "-o", str(out)]) == 2
+    assert "unknown parameter(s) ['multiplier']" in capsys.readouterr().err
+    cfg.write_text("terms: -3\n")
+    assert main(["generate", "mac-int8", "--config", str(cfg), "-o", str(out)]) == 2
+    assert "terms must be a positive integer" in capsys.readouterr().err
+    cfg.write_text("terms: [\n")
+    assert main(["generate", "mac-int8", "--config", str(cfg), "-o", str(out)]) == 2
+    assert "cannot parse" in capsys.readouterr().err
+    assert not out.exists()
+    (tmp_path / "file").write_text("")
+    assert main(["generate", "mac-int8", "-o", str(tmp_path / "file")]) == 2
+    assert "not a folder" in capsys.readouterr().err

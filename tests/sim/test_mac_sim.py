@@ -166,6 +166,8 @@ def test_bad_requests_are_named():
         run_or_skip("mac-int4", suite="full")
     with pytest.raises(ValueError, match="unknown parameter"):
         run_or_skip("mac-int4", params={"bits": 4})
+    with pytest.raises(ValueError, match="fixed size"):
+        run_or_skip("mac-int4", suite="exhaustive", vectors=10)
     with pytest.raises(ValueError, match="lanes must be a positive integer"):
         run_or_skip("mac-int4", lanes=0)
 
