@@ -170,36 +170,37 @@ def _trace_plan(sim: str, waves: str | None, activity: str | None) -> str | None
 
 
 # Verilator's runtime objects (verilated*.o) are the same for every design built with one
-# Verilator, trace mode and compiler, and take most of a build's time (about 30 s of
-# CPU): keep one copy and seed each new build folder with it, so make skips them.
+# Verilator and compiler, and take most of a build's time (about 30 s of CPU): keep one
+# copy and seed each new build folder with it, so make skips them. The trace mode only
+# adds its writer (verilated_vcd_c.o, verilated_saif_c.o); no runtime source reads the
+# VM_TRACE* defines, so one cache holds the union.
 _RUNTIME_GLOB = "verilated*.[od]"
 
 
-def _runtime_cache(build_root: Path, sim: Simulator, trace: str | None) -> Path:
+def _runtime_cache(build_root: Path, sim: Simulator, timing: bool) -> Path:
     try:
         cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
                              text=True).stdout.splitlines()[:1]
     except FileNotFoundError:
         cxx = ["unknown"]
-    key = hashlib.sha256(f"{sim.version}|{trace}|{cxx}|{sim.path}".encode()).hexdigest()[:10]
+    key = hashlib.sha256(f"{sim.version}|{timing}|{cxx}|{sim.path}".encode()).hexdigest()[:10]
     return build_root / ".verilator-runtime" / key
 
 
 def _restore_runtime(cache: Path, build_dir: Path) -> None:
     with _locked(cache.with_name(cache.name + ".lock")):
-        if (cache / ".complete").exists():
-            for f in cache.glob(_RUNTIME_GLOB):
-                shutil.copy(f, build_dir / f.name)  # fresh mtime
+        for f in cache.glob(_RUNTIME_GLOB) if cache.is_dir() else ():
+            shutil.copy(f, build_dir / f.name)  # fresh mtime
 
 
 def _save_runtime(cache: Path, build_dir: Path) -> None:
     with _locked(cache.with_name(cache.name + ".lock")):
-        if (cache / ".complete").exists():
-            return
         cache.mkdir(parents=True, exist_ok=True)
         for f in build_dir.glob(_RUNTIME_GLOB):
-            shutil.copy2(f, cache / f.name)
-        (cache / ".complete").write_text("")
+            if not (cache / f.name).exists():
+                tmp = cache / f".{f.name}.tmp"
+                shutil.copy2(f, tmp)
+                os.replace(tmp, cache / f.name)
 
 
 #: Verilator options besides cocotb's: Amaranth's Verilog trips width lints (linting is
@@ -231,7 +232,7 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
             "Vtop.mk", f"VM_TRACE={int(bool(trace))}"]
     env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
     env["PATH"] = sim.path + os.pathsep + env.get("PATH", "")
-    runtime = _runtime_cache(build_root, sim, f"{trace}-timing{int(timing)}")
+    runtime = _runtime_cache(build_root, sim, timing)
     with open(log, "w") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
         _restore_runtime(runtime, build_dir)  # newer than Vtop.mk, so make keeps them

@@ -14,7 +14,7 @@ import pytest
 from .harness import run
 from .simulators import SIMULATORS, SimulatorUnavailable, simulator_status
 
-__all__ = ["SIM_PARAMS", "run_or_skip", "first_available"]
+__all__ = ["SIM_PARAMS", "run_or_skip", "first_available", "quickest_build"]
 
 #: ``pytest.param`` per simulator, marked ``sim``, with readable ids.
 SIM_PARAMS = [pytest.param(s, id=s, marks=pytest.mark.sim) for s in SIMULATORS]
@@ -38,3 +38,13 @@ def first_available() -> str:
             return s
         reasons.append(why)
     pytest.skip("no simulator: " + "; ".join(reasons))
+
+
+def quickest_build() -> str:
+    """The simulator whose build is quickest (Icarus, then Verilator), or a pytest skip:
+    for one-off variants (a broken unit, other parameters) whose Verilator build would
+    cost more than their run."""
+    for s in reversed(SIMULATORS):
+        if simulator_status(s)[0]:
+            return s
+    return first_available()

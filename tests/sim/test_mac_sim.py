@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from mactile.sim.testing import SIM_PARAMS, first_available, run_or_skip
+from mactile.sim.testing import SIM_PARAMS, first_available, quickest_build, run_or_skip
 
 pytest.importorskip("amaranth")
 
@@ -57,7 +57,7 @@ def test_random_dot_products_with_corner_cases(name, sim, tmp_path):
 @pytest.mark.parametrize("name", ["mac-int8", "mac-dialectfp4-int4"])
 def test_pipelined_variant_latency_read_from_the_component(name, tmp_path):
     r = run_or_skip(name, params={"product_register": True}, vectors=20000,
-                    sim=first_available(), test_dir=tmp_path)
+                    sim=quickest_build(), test_dir=tmp_path)
     assert r.latency == 2 and r.ok, r.summary()
 
 
@@ -96,7 +96,7 @@ class NarrowAccMac(MacUnit):
 def test_a_wrong_dialect_table_entry_is_caught_and_decoded(tmp_path):
     bad = WrongTableMac(**DESIGNS["mac-dialectfp4"].params)
     r = run_or_skip("mac-dialectfp4", suite="exhaustive", component=bad,
-                    sim=first_available(), test_dir=tmp_path)
+                    sim=quickest_build(), test_dir=tmp_path)
     assert not r.ok
     # Only operands of dialect 15 with index 5 are wrong: about 1,000 of 66,560 pairs.
     assert 0 < r.mismatched < 2048
@@ -108,7 +108,7 @@ def test_a_wrong_dialect_table_entry_is_caught_and_decoded(tmp_path):
 def test_clear_without_a_product_is_caught_by_its_corner_case(tmp_path):
     bad = ClearNeedsValidMac(**DESIGNS["mac-int4"].params)
     r = run_or_skip("mac-int4", suite="random", vectors=2000, component=bad,
-                    sim=first_available(), test_dir=tmp_path)
+                    sim=quickest_build(), test_dir=tmp_path)
     assert not r.ok
     assert "[clear mid-stream (without a product), then idle]" in r.mismatches[0].text
 
@@ -116,7 +116,7 @@ def test_clear_without_a_product_is_caught_by_its_corner_case(tmp_path):
 def test_a_narrow_accumulator_is_caught_by_the_max_sum_corner(tmp_path):
     bad = NarrowAccMac(**DESIGNS["mac-int4"].params)
     r = run_or_skip("mac-int4", suite="exhaustive", component=bad,
-                    sim=first_available(), test_dir=tmp_path)
+                    sim=quickest_build(), test_dir=tmp_path)
     assert not r.ok
     texts = " | ".join(m.text for m in r.mismatches)
     assert "max positive sum" in texts or "back-to-back" in texts, texts
@@ -185,8 +185,8 @@ def test_cli_sim_prints_vectors_mismatches_and_rate(tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text())["suite"] == "exhaustive"
     cfg = tmp_path / "c.yaml"
     cfg.write_text("terms: 16\n")
-    rc = main(["sim", "mac-int5", "--sim", sim, "--config", str(cfg), "--vectors", "3000",
-               "--seed", "3", "--out", str(tmp_path / "t16")])
+    rc = main(["sim", "mac-int5", "--sim", quickest_build(), "--config", str(cfg),
+               "--vectors", "3000", "--seed", "3", "--out", str(tmp_path / "t16")])
     assert rc == 0 and "suite random, seed 3" in capsys.readouterr().out
 
 
