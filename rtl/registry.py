@@ -76,9 +76,12 @@ DESIGNS: dict[str, Design] = {}
 
 # ---- BlockDialect Table 5 MAC units (parameters from rtl/mac/presets.yaml) ----
 def _mac(name: str) -> Design:
+    from mactile.golden.mac import MacDatapath
     from mactile.rtl.mac.presets import mac_presets
     p = mac_presets()[name]
-    return Design(name, p["summary"], builder="mactile.rtl.mac.unit:build_mac",
+    features = {k: v for k, v in p["params"].items() if k != "product_register"}
+    summary = f"{p['summary']}; {MacDatapath(**features).acc_bits}-bit accumulator"
+    return Design(name, summary, builder="mactile.rtl.mac.unit:build_mac",
                   params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']})",
                   group="blockdialect-table5", bench="mactile.sim.benches.mac:MacBench")
 

@@ -116,3 +116,25 @@ def test_burst_wrapper_and_simulator_argument_checks():
 def test_mismatch_is_plain_data():
     m = Mismatch(1, 2, "acc", 3, 4, "text")
     assert (m.cycle, m.lane, m.port, m.expected, m.got, m.text) == (1, 2, "acc", 3, 4, "text")
+
+
+def test_a_missing_simulator_is_a_skip_in_pytest_and_an_error_in_the_cli(monkeypatch, capsys):
+    import shutil
+
+    from mactile.cli.main import main
+    from mactile.sim import simulators
+    from mactile.sim.testing import run_or_skip
+
+    real_which = shutil.which
+    monkeypatch.setattr(simulators.shutil, "which",
+                        lambda name: None if name in ("iverilog", "vvp") else real_which(name))
+    simulators._probe.cache_clear()
+    try:
+        ok, why = simulator_status("icarus")
+        assert not ok and ("apt-get install iverilog" in why or "not installed" in why)
+        with pytest.raises(pytest.skip.Exception, match="icarus: "):
+            run_or_skip("mac-int4", sim="icarus")
+        assert main(["sim", "mac-int4", "--sim", "icarus"]) == 2
+        assert "mactile: error: icarus: " in capsys.readouterr().err
+    finally:
+        simulators._probe.cache_clear()
