@@ -57,15 +57,19 @@ class FlowOptions:
     activity : ActivityOptions
         How switching activity is obtained.
     equiv_seq : int
-        Time steps ``equiv_simple``/``equiv_induct`` look back through registers; at
-        least the deepest pipeline of registers that equiv_make cannot pair by name.
+        Time steps ``equiv_simple``/``equiv_induct`` look back through registers; raise
+        it for pipelines whose registers equiv_make cannot pair by name.
+    equiv_rtl_budget_s : float
+        Time for the proof against the RTL as written before the coarse-grain reference
+        is used (:func:`check_equivalence`).
     timeout_s : float
         Limit on each tool run.
     """
 
     clock_ns: float = DEFAULT_CLOCK_NS
     activity: ActivityOptions = field(default_factory=ActivityOptions)
-    equiv_seq: int = 4
+    equiv_seq: int = 1
+    equiv_rtl_budget_s: float = 30.0
     timeout_s: float = 1800.0
 
     def __post_init__(self):
@@ -109,7 +113,7 @@ class SynthResult:
 
     @property
     def ok(self) -> bool:
-        return self.equivalence == "proven"
+        return self.equivalence.startswith("proven")
 
     def record(self) -> dict:
         """The JSON record of ``area_power.json``."""
@@ -189,7 +193,8 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
         "liberty": lib.sha256, "dont_use": list(lib.dont_use), "clock_ns": float(opts.clock_ns),
         "activity": opts.activity.key(), "method": method,
         "activity_text": hashlib.sha256(activity_text.encode()).hexdigest(),
-        "equiv_seq": opts.equiv_seq, "yosys": yosys_version(), "sta": [sta.kind, sta.version],
+        "equiv_seq": opts.equiv_seq, "equiv_budget": opts.equiv_rtl_budget_s,
+        "yosys": yosys_version(), "sta": [sta.kind, sta.version],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
@@ -252,6 +257,7 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
         res = _run(rtl, lib, opts, sta, method, port_act, stimulus, component, work,
                    group=group, reference=reference, netlist_filter=netlist_filter)
         res.workdir = str(final)
+        res.equivalence = res.equivalence.replace(str(work), str(final))
         (work / "result.json").write_text(json.dumps(res.record(), indent=1))
         if final.exists():
             shutil.rmtree(final, ignore_errors=True)
@@ -269,23 +275,40 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
     return res
 
 
+#: How the equivalence reference is made from the RTL (see scripts/equiv.ys).
+GOLD_PREP = {
+    "rtl": "prep -flatten -top {top}",
+    "coarse": "synth -flatten -top {top} -run begin:fine",
+}
+
+
 def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, lib: Library, *,
-                      seq: int = 4, timeout_s: float | None = None) -> str:
+                      seq: int = 1, rtl_budget_s: float = 30.0,
+                      timeout_s: float | None = None) -> str:
     """Prove the netlist equivalent to the RTL with Yosys (``scripts/equiv.ys``).
 
-    Returns ``"proven"``, or ``"failed: <reason>"`` (log in ``work/equiv.log``).
+    First against the RTL as written, within ``rtl_budget_s``; where that does not
+    finish or fails, against the RTL after Yosys' coarse-grain passes (see the script).
+
+    Returns ``"proven (rtl)"``, ``"proven (coarse)"`` or ``"failed: <reason>"`` (logs in
+    ``work/equiv-*.log``).
     """
-    try:
-        run_yosys(render_script("equiv.ys", rtl=rtl_file, netlist=netlist_file, top=top,
-                                liberty=_rel(lib.path, work), seq=seq,
-                                status="equiv_status.txt"),
-                  work, "equiv.log", timeout=timeout_s)
-    except ToolError as e:
-        status = work / "equiv_status.txt"
-        unproven = re.search(r"(\d+) are unproven", status.read_text()) if status.exists() else None
-        why = f"{unproven.group(1)} signal(s) not proven equal" if unproven else str(e)
-        return f"failed: {why} (log: {work / 'equiv.log'})"
-    return "proven"
+    reasons = []
+    for level, limit in (("rtl", rtl_budget_s), ("coarse", timeout_s)):
+        status = work / f"equiv-{level}.txt"
+        try:
+            run_yosys(render_script("equiv.ys", rtl=rtl_file, netlist=netlist_file, top=top,
+                                    gold_prep=GOLD_PREP[level].format(top=top),
+                                    liberty=_rel(lib.path, work), seq=seq, status=status.name),
+                      work, f"equiv-{level}.log", timeout=limit)
+        except ToolError as e:
+            unproven = (re.search(r"(\d+) are unproven", status.read_text())
+                        if status.exists() else None)
+            reasons.append(f"{level}: " + (f"{unproven.group(1)} signal(s) not proven equal"
+                                           if unproven else str(e)))
+            continue
+        return f"proven ({level})"
+    return f"failed: {'; '.join(reasons)} (logs: {work}/equiv-*.log)"
 
 
 def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
@@ -315,9 +338,10 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
 
     t0 = time.perf_counter()
     equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, lib,
-                                    seq=opts.equiv_seq, timeout_s=opts.timeout_s)
+                                    seq=opts.equiv_seq, rtl_budget_s=opts.equiv_rtl_budget_s,
+                                    timeout_s=opts.timeout_s)
     times["equiv"] = time.perf_counter() - t0
-    if equivalence != "proven":
+    if not equivalence.startswith("proven"):
         times["total"] = sum(times.values())
         return SynthResult(**base, area_um2=None, cell_count=None, slack_ns=None,
                            meets_timing=None, power_mw=None,
@@ -347,5 +371,5 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     return SynthResult(**base, area_um2=area, cell_count=ncells, slack_ns=slack,
                        meets_timing=slack is None or slack >= 0, power_mw=power,
                        activity_method=describe_activity(method, port_act, opts.activity),
-                       equivalence="proven", sequential_area_um2=seq_area,
+                       equivalence=equivalence, sequential_area_um2=seq_area,
                        cells_by_type=by_type, runtime_s=times)
