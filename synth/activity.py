@@ -22,16 +22,15 @@ provides one (:func:`stimulus_for`), else uniform random words on every data inp
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from .rtl import Rtl
 
 __all__ = ["ActivityOptions", "PortActivity", "measure_port_activity", "stimulus_for",
-           "uniform_stimulus", "STIMULUS_HOOKS", "write_vcd"]
+           "uniform_stimulus", "harness_stimulus", "write_vcd"]
 
 #: Default number of stimulus cycles measured (enough for a toggle rate within about
 #: +-0.02 of its true value at 95% confidence: 2 sqrt(0.25 / 2000)).
@@ -168,26 +167,39 @@ def uniform_stimulus(rtl: Rtl, cycles: int, seed: int) -> dict[str, list[int]]:
     return out
 
 
-#: Stimulus providers tried in order: callables ``(rtl, cycles, seed) -> (stimulus, source)
-#: or None``. The simulation harness registers its golden-derived stimulus here.
-STIMULUS_HOOKS: list[Callable] = []
+def harness_stimulus(rtl: Rtl, cycles: int, seed: int
+                     ) -> tuple[dict[str, list[int]], str] | None:
+    """The design's own testbench stimulus from the simulation harness, or None.
 
-#: Modules whose import registers a hook (imported lazily, skipped if absent).
-HOOK_MODULES = ("mactile.sim.activity",)
+    The registry design's ``bench`` (:class:`mactile.sim.bench.Bench`) builds its first
+    suite (``random`` for the MACs: the corner streams, then golden-quantized and uniform
+    operand codes) on one lane for ``cycles`` vectors; its inputs are the stimulus.
+    """
+    try:
+        from mactile.rtl.registry import get_design
+        design = get_design(rtl.design)
+    except (ImportError, ValueError):
+        return None
+    if not getattr(design, "bench", ""):
+        return None
+    bench = design.load_bench()(**rtl.params)
+    suite = bench.suites[0]
+    vec = bench.vectors(suite, lanes=1, count=cycles, rng=np.random.default_rng(seed))
+    stim = {name: [int(v) for v in np.asarray(arr)[:, 0]] for name, arr in vec.inputs.items()}
+    # Ports the bench leaves out are driven 0 by the harness: the same here.
+    n = vec.cycles
+    for port in rtl.data_inputs:
+        stim.setdefault(port.name, [0] * n)
+    return stim, f"{design.bench.rpartition(':')[2]} '{suite}' suite (golden-derived)"
 
 
 def stimulus_for(rtl: Rtl, cycles: int = DEFAULT_CYCLES, seed: int = DEFAULT_SEED
                  ) -> tuple[dict[str, list[int]], str]:
-    """The design's stimulus: from the first hook that has one, else uniform random."""
-    for mod in HOOK_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            pass
-    for hook in STIMULUS_HOOKS:
-        got = hook(rtl, cycles, seed)
-        if got is not None:
-            return got
+    """The design's stimulus: its testbench's (:func:`harness_stimulus`) where it has
+    one, else uniform random words (:func:`uniform_stimulus`)."""
+    got = harness_stimulus(rtl, cycles, seed)
+    if got is not None:
+        return got
     return uniform_stimulus(rtl, cycles, seed), "uniform-random"
 
 
