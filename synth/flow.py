@@ -68,7 +68,7 @@ class FlowOptions:
 
     clock_ns: float = DEFAULT_CLOCK_NS
     activity: ActivityOptions = field(default_factory=ActivityOptions)
-    equiv_seq: int = 1
+    equiv_seq: int = 2
     equiv_rtl_budget_s: float = 30.0
     timeout_s: float = 1800.0
 

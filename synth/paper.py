@@ -91,7 +91,8 @@ def compare(tables: list[dict], results: list[SynthResult], *,
                 status = f"not run ({skipped_pdks[t['pdk']]})"
             rows.append({"name": row["name"], "design": row.get("design"), "count": count,
                          "paper": {k: v for k, v in row.items()
-                                   if k not in ("name", "design", "count")},
+                                   if k not in ("name", "design", "count", "note")},
+                         "note": row.get("note", ""),
                          "ours": {"area": ours_area, "power": ours_power, "slack_ns": slack,
                                   "fmax_mhz": fmax},
                          "status": status})
@@ -136,7 +137,7 @@ def format_paper_markdown(comparisons: list[dict]) -> str:
                 f"{_f(x['ours_ratio']['area'], '{:.2f}')} | {_f(x['paper']['power'], '{:.6g}')} | "
                 f"{_f(x['ours']['power'], '{:.4g}')} | {_f(x['paper_ratio']['power'], '{:.2f}')} | "
                 f"{_f(x['ours_ratio']['power'], '{:.2f}')} | {_f(x['ours']['fmax_mhz'], '{:.0f}')} | "
-                f"{x['status']} |")
+                f"{x['status']}{'; ' + x['note'] if x['note'] else ''} |")
         lines.append("")
     return "\n".join(lines)
 
