@@ -17,6 +17,8 @@ from mactile.cli.common import CliError
 COMMANDS = [
     "mactile.cli.list_cmd",
     "mactile.cli.quantize",
+    "mactile.cli.formats",
+    "mactile.cli.bench",
     "mactile.cli.generate",
     "mactile.cli.sim",
     "mactile.cli.synth_cmd",

@@ -1,0 +1,1 @@
+"""Studies built on the golden models (error analyses, dialect statistics)."""
