@@ -67,13 +67,15 @@ class PdkSpec:
     system_path: str = ""
     dont_use: tuple[str, ...] = ()
     process_nm: int = 0
+    #: LEF of the cells, for OpenROAD (which links netlists against LEF masters).
+    lef: str = ""
 
 
 PDKS: dict[str, PdkSpec] = {
     "osu018": PdkSpec(
         "osu018", "OSU 0.18 um standard cells (Debian qflow-tech-osu018)",
         "osu018_stdcells.lib", system_path="/usr/share/qflow/tech/osu018/osu018_stdcells.lib",
-        process_nm=180),
+        process_nm=180, lef="/usr/share/qflow/tech/osu018/osu018_stdcells.lef"),
     "nangate45": PdkSpec(
         "nangate45", "NanGate FreePDK45 Open Cell Library, typical corner",
         "nangate45_typ.lib.gz", process_nm=45),
@@ -154,6 +156,7 @@ class Library:
     cells: tuple[str, ...] = field(repr=False)
     dont_use: tuple[str, ...] = ()
     description: str = ""
+    lef: str = ""
 
     def dont_use_args(self) -> str:
         """``-dont_use PATTERN ...`` for Yosys."""
@@ -193,7 +196,7 @@ def _is_gzip(path: Path) -> bool:
 
 
 def load_library(path: str | os.PathLike, *, name: str | None = None,
-                 dont_use: tuple[str, ...] = (), description: str = "") -> Library:
+                 dont_use: tuple[str, ...] = (), description: str = "", lef: str = "") -> Library:
     """Check and load one liberty file (plain or gzipped).
 
     Raises
@@ -228,7 +231,8 @@ def load_library(path: str | os.PathLike, *, name: str | None = None,
         stem = stem.removesuffix(suffix)
     return Library(name=name or stem, path=plain.resolve(), source=src.resolve(),
                    sha256=hashlib.sha256(data).hexdigest(), library_name=m.group(1).decode(),
-                   cells=cells, dont_use=tuple(dont_use), description=description)
+                   cells=cells, dont_use=tuple(dont_use), description=description,
+                   lef=lef if lef and Path(lef).exists() else "")
 
 
 def pdk_path(name: str) -> Path:
@@ -266,4 +270,5 @@ def resolve_library(pdk: str | None = None, liberty: str | os.PathLike | None = 
         hint = ("install the Debian package qflow-tech-osu018" if spec.system_path else
                 "set MACTILE_PDK_DIR to the folder that holds it")
         raise LibraryError(f"--pdk {pdk}: liberty file {str(path)!r} not found; {hint}")
-    return load_library(path, name=pdk, dont_use=spec.dont_use, description=spec.description)
+    return load_library(path, name=pdk, dont_use=spec.dont_use, description=spec.description,
+                        lef=spec.lef)

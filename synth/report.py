@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 from .flow import FlowOptions, SynthResult, synthesize
 from .libraries import Library
-from .tools import StaTool, ToolError, find_sta
+from .tools import StaTool, find_sta
 
 __all__ = ["run_designs", "write_report", "report_files", "NoDesignMeetsTiming",
            "CSV_FIELDS", "format_markdown"]

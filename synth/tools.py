@@ -5,9 +5,9 @@ this module: its ``/tmp`` is private (so every path it gets is relative to its w
 folder) and its output after the first ``abc`` is lost unless logged to a file (so it
 always runs with ``-q -l LOG``).
 
-The timing/power tool is OpenSTA (Debian's ``sta``) or, where one is on PATH and has
-``read_vcd``, a newer OpenSTA or OpenROAD (they embed the same Tcl commands). Set
-``$MACTILE_STA`` to the executable to choose one explicitly.
+The timing/power tool is OpenSTA (Debian's ``sta`` on PATH) or the executable named by
+``$MACTILE_STA`` (a newer OpenSTA, or OpenROAD, which embeds the same Tcl commands). Where
+it has ``read_vcd``, the flow uses per-net activity from a simulation.
 """
 from __future__ import annotations
 
@@ -104,8 +104,6 @@ class StaTool:
     has_read_vcd: bool
 
     def command(self, tcl: str) -> list[str]:
-        if self.kind == "openroad":
-            return [self.exe, "-no_init", "-no_splash", "-exit", tcl]
         return [self.exe, "-no_init", "-no_splash", "-exit", tcl]
 
     def run(self, tcl: Path, log: Path, *, timeout: float | None = None) -> str:
@@ -149,8 +147,8 @@ def _probe(exe: str) -> StaTool | None:
 def find_sta(prefer_vcd: bool = True) -> StaTool:
     """The timing/power tool to use.
 
-    ``$MACTILE_STA`` if set; otherwise among ``sta`` and ``openroad`` on PATH, the first
-    with ``read_vcd`` when ``prefer_vcd``, else the first that runs.
+    ``$MACTILE_STA`` if set (an OpenSTA, or OpenROAD for libraries with a LEF file);
+    otherwise ``sta`` on PATH.
 
     Raises
     ------
@@ -163,11 +161,12 @@ def find_sta(prefer_vcd: bool = True) -> StaTool:
         if tool is None:
             raise ToolError(f"MACTILE_STA={env!r} is not an OpenSTA/OpenROAD with report_power")
         return tool
-    tools = [t for t in (_probe(p) for p in filter(None, (shutil.which("sta"),
-                                                          shutil.which("openroad")))) if t]
+    # OpenROAD only when asked for through $MACTILE_STA: it links netlists against LEF,
+    # which only some libraries here have.
+    tools = [t for t in (_probe(p) for p in filter(None, (shutil.which("sta"),))) if t]
     if not tools:
         raise ToolError("no OpenSTA found: install Debian's opensta package (command `sta`) "
-                        "or put OpenROAD on PATH")
+                        "or set MACTILE_STA to an OpenSTA/OpenROAD executable")
     if prefer_vcd:
         for t in tools:
             if t.has_read_vcd:
