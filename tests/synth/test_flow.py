@@ -3,7 +3,6 @@
 One or two tiny designs per library keep this under a minute (CI budget).
 """
 import re
-import time
 
 import pytest
 
@@ -35,11 +34,10 @@ def test_registered_mac_osu018(tools, osu018):
     assert re.search(r"^\s*DFFPOSX1 ", netlist, re.M)
 
 
-def test_cache_second_run_is_instant_and_identical(tools, osu018):
+def test_cache_second_run_is_cached_and_identical(tools, osu018):
     first = _run(PipelinedMul(width=4), "t-mul4", osu018)
-    t0 = time.perf_counter()
     again = _run(PipelinedMul(width=4), "t-mul4", osu018)
-    assert again.cached and time.perf_counter() - t0 < 2.0
+    assert again.cached
     assert (again.area_um2, again.slack_ns, again.power_mw) == \
         (first.area_um2, first.slack_ns, first.power_mw)
     other_clock = _run(PipelinedMul(width=4), "t-mul4", osu018, clock_ns=5.0)
