@@ -195,6 +195,34 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
+def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
+    key = {
+        "flow": FLOW_VERSION, "scripts": [render_script_text(n) for n in ("synth.ys", "equiv.ys")],
+        "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
+        "clock_ns": float(opts.clock_ns), "equiv_seq": opts.equiv_seq,
+        "equiv_budget": opts.equiv_rtl_budget_s, "yosys": yosys_version(),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _store_netlist(work: Path, shared: Path) -> None:
+    """Keep the synthesis/equivalence files of a run for runs that differ in activity only."""
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=shared.parent, prefix=".tmp-"))
+    for f in work.iterdir():
+        if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json")
+                            or f.name.startswith(("synth.", "equiv"))):
+            shutil.copy2(f, tmp / f.name)
+    try:
+        os.replace(tmp, shared)
+    except OSError:  # another job stored the same netlist first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def render_script_text(name: str) -> str:
+    return (SCRIPTS / name).read_text()
+
+
 def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, component=None,
                group: str = "", reference: str = "", use_cache: bool = True,
                sta: StaTool | None = None, netlist_filter=None) -> SynthResult:
@@ -315,12 +343,24 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     liberty = _rel(lib.path, work)
     dont_use = lib.dont_use_args()
 
-    t0 = time.perf_counter()
-    run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
-                            dont_use=dont_use, clock_ps=f"{opts.clock_ns * 1000:.0f}",
-                            stat_json="stat.json", netlist="netlist.v"),
-              work, "synth.log", timeout=opts.timeout_s)
-    times["synth"] = time.perf_counter() - t0
+    # Synthesis and equivalence do not depend on the activity: a netlist already proven
+    # for this RTL, library and clock is reused (another activity method, a new OpenSTA).
+    skey = _synth_key(rtl, lib, opts)
+    shared = cache_dir() / "netlists" / f"{rtl.top}-{lib.name}-{skey[:16]}"
+    reuse = netlist_filter is None and (shared / "equivalence.json").exists()
+    if reuse:
+        for f in shared.iterdir():
+            if f.is_file():
+                shutil.copy2(f, work / f.name)
+        saved = json.loads((work / "equivalence.json").read_text())
+        equivalence = saved["equivalence"]  # runtime_s then counts this run's work only
+    else:
+        t0 = time.perf_counter()
+        run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
+                                dont_use=dont_use, clock_ps=f"{opts.clock_ns * 1000:.0f}",
+                                stat_json="stat.json", netlist="netlist.v"),
+                  work, "synth.log", timeout=opts.timeout_s)
+        times["synth"] = time.perf_counter() - t0
     area, ncells, seq_area, by_type = parse_stat(work / "stat.json", rtl.top)
 
     base = dict(design=rtl.design, pdk=lib.name, clock_ns=float(opts.clock_ns),
@@ -332,11 +372,16 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         net = work / "netlist.v"
         net.write_text(netlist_filter(net.read_text()))
 
-    t0 = time.perf_counter()
-    equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, lib,
-                                    seq=opts.equiv_seq, rtl_budget_s=opts.equiv_rtl_budget_s,
-                                    timeout_s=opts.timeout_s)
-    times["equiv"] = time.perf_counter() - t0
+    if not reuse:
+        t0 = time.perf_counter()
+        equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, lib,
+                                        seq=opts.equiv_seq, rtl_budget_s=opts.equiv_rtl_budget_s,
+                                        timeout_s=opts.timeout_s)
+        times["equiv"] = time.perf_counter() - t0
+        if netlist_filter is None:
+            (work / "equivalence.json").write_text(json.dumps(
+                {"equivalence": equivalence.replace(str(work), "<run folder>"), "times": times}))
+            _store_netlist(work, shared)
     if not equivalence.startswith("proven"):
         times["total"] = sum(times.values())
         return SynthResult(**base, area_um2=None, cell_count=None, slack_ns=None,
