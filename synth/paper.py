@@ -1,0 +1,154 @@
+"""The paper view: the papers' hardware tables beside this project's numbers, as ratios.
+
+The tables are transcribed in ``paper_tables.yaml`` (with their source). Each is run on
+its open library at its clock (:func:`paper_configs`); each row's area and power are then
+divided by the table's baseline row, for the paper and for us, since absolute numbers
+differ between commercial and open tools and between processes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .flow import SynthResult
+
+__all__ = ["load_tables", "paper_configs", "compare", "format_paper_markdown", "TABLES_FILE"]
+
+TABLES_FILE = Path(__file__).resolve().parent / "paper_tables.yaml"
+
+
+def load_tables(path: Path = TABLES_FILE) -> list[dict]:
+    """The transcribed tables, checked for a baseline row and numeric area/power."""
+    tables = yaml.safe_load(path.read_text())["tables"]
+    for t in tables:
+        names = [r["name"] for r in t["rows"]]
+        if t["baseline"] not in names:
+            raise ValueError(f"{path}: table {t['id']}: baseline {t['baseline']!r} is not a row")
+        for r in t["rows"]:
+            for k in ("area", "power"):
+                if not isinstance(r.get(k), (int, float)):
+                    raise ValueError(f"{path}: table {t['id']} row {r['name']!r}: {k} missing")
+    return tables
+
+
+@dataclass(frozen=True)
+class Config:
+    pdk: str
+    clock_ns: float
+    designs: tuple[str, ...]
+
+
+def paper_configs(tables: list[dict], known: set[str]) -> list[Config]:
+    """(library, clock) -> the built designs the tables need there."""
+    want: dict[tuple[str, float], list[str]] = {}
+    for t in tables:
+        for r in t["rows"]:
+            d = r.get("design")
+            if d and d in known:
+                lst = want.setdefault((t["pdk"], float(t["clock_ns"])), [])
+                if d not in lst:
+                    lst.append(d)
+    return [Config(p, c, tuple(ds)) for (p, c), ds in want.items()]
+
+
+def _ratio(x, base):
+    if x is None or base in (None, 0):
+        return None
+    return x / base
+
+
+def compare(tables: list[dict], results: list[SynthResult], *,
+            skipped_pdks: dict[str, str] | None = None) -> list[dict]:
+    """One comparison per table: every row with the paper's and our figures and ratios.
+
+    ``results`` may hold runs of several (library, clock) pairs; each table uses those
+    on its own. Power is compared in the table's unit (uW or mW).
+    """
+    by_key = {(r.design, r.pdk, float(r.clock_ns)): r for r in results}
+    out = []
+    for t in tables:
+        scale = 1e3 if t["units"]["power"] == "uW" else 1.0
+        rows = []
+        for row in t["rows"]:
+            count = int(row.get("count", 1))
+            r = by_key.get((row.get("design"), t["pdk"], float(t["clock_ns"])))
+            ours_area = ours_power = slack = fmax = None
+            status = "not built" if row.get("design") else "no design"
+            if r is not None:
+                if r.ok:
+                    ours_area = r.area_um2 * count
+                    ours_power = r.power_mw["total"] * scale * count
+                    slack = r.slack_ns
+                    if slack is not None:
+                        fmax = 1e3 / (r.clock_ns - slack)
+                    status = "met" if r.meets_timing else "fails timing"
+                else:
+                    status = "equivalence failed"
+            elif skipped_pdks and t["pdk"] in skipped_pdks and row.get("design"):
+                status = f"not run ({skipped_pdks[t['pdk']]})"
+            rows.append({"name": row["name"], "design": row.get("design"), "count": count,
+                         "paper": {k: v for k, v in row.items()
+                                   if k not in ("name", "design", "count", "note")},
+                         "note": row.get("note", ""),
+                         "ours": {"area": ours_area, "power": ours_power, "slack_ns": slack,
+                                  "fmax_mhz": fmax},
+                         "status": status})
+        base = next(x for x in rows if x["name"] == t["baseline"])
+        for x in rows:
+            x["paper_ratio"] = {k: _ratio(x["paper"][k], base["paper"][k])
+                                for k in ("area", "power")}
+            x["ours_ratio"] = {k: _ratio(x["ours"][k], base["ours"][k])
+                               for k in ("area", "power")}
+        out.append({"id": t["id"], "title": t["title"], "source": " ".join(t["source"].split()),
+                    "paper_process": t["paper_process"], "pdk": t["pdk"],
+                    "clock_ns": t["clock_ns"], "units": t["units"], "baseline": t["baseline"],
+                    "rows": rows})
+    return out
+
+
+def _f(x, fmt="{:.3g}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def format_paper_markdown(comparisons: list[dict]) -> str:
+    """The paper view as Markdown: per table, paper vs ours, absolute and ratios."""
+    lines = ["# The papers' hardware tables vs this project", "",
+             "Ratios are each row over the table's baseline row (marked *), for the paper and "
+             "for us; absolute figures are not comparable across tools and processes. "
+             "'x N' rows are N copies of one design with nothing shared.", ""]
+    for c in comparisons:
+        pu = c["units"]["power"]
+        lines += [f"## {c['title']}", "",
+                  f"Paper: {c['paper_process']}. Ours: {c['pdk']} at {c['clock_ns']:g} ns "
+                  f"(Yosys + OpenSTA). Source: {c['source']}", "",
+                  f"| row | design | paper area (um^2) | ours area (um^2) | paper area ratio | "
+                  f"ours area ratio | paper power ({pu}) | ours power ({pu}) | paper power "
+                  f"ratio | ours power ratio | ours fmax (MHz) | status |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for x in c["rows"]:
+            mark = " *" if x["name"] == c["baseline"] else ""
+            design = (x["design"] or "-") + (f" x {x['count']}" if x["count"] > 1 else "")
+            lines.append(
+                f"| {x['name']}{mark} | {design} | {_f(x['paper']['area'], '{:.6g}')} | "
+                f"{_f(x['ours']['area'], '{:.1f}')} | {_f(x['paper_ratio']['area'], '{:.2f}')} | "
+                f"{_f(x['ours_ratio']['area'], '{:.2f}')} | {_f(x['paper']['power'], '{:.6g}')} | "
+                f"{_f(x['ours']['power'], '{:.4g}')} | {_f(x['paper_ratio']['power'], '{:.2f}')} | "
+                f"{_f(x['ours_ratio']['power'], '{:.2f}')} | {_f(x['ours']['fmax_mhz'], '{:.0f}')} | "
+                f"{x['status']}{'; ' + x['note'] if x['note'] else ''} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_paper_view(comparisons: list[dict], out_dir: Path) -> dict[str, Path]:
+    """``paper.json`` and ``paper.md`` in ``out_dir``, all or nothing."""
+    from mactile.cli.common import atomic_outputs
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"json": out_dir / "paper.json", "md": out_dir / "paper.md"}
+    with atomic_outputs(*files.values()) as (tj, tm):
+        tj.write_text(json.dumps(comparisons, indent=1) + "\n")
+        tm.write_text(format_paper_markdown(comparisons))
+    return files

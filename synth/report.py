@@ -1,0 +1,246 @@
+"""Many designs through the flow in parallel, and the report files.
+
+:func:`run_designs` synthesizes registry designs on one library at one clock with a pool
+of worker processes (each run is cached, see :mod:`.flow`). :func:`write_report` writes
+``area_power.json`` (a list of records), ``area_power.csv``, ``area_power.md`` and PNG
+plots grouped like the papers' tables.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .flow import FlowOptions, SynthResult, synthesize
+from .libraries import Library
+from .tools import StaTool, find_sta
+
+__all__ = ["run_designs", "write_report", "report_files", "NoDesignMeetsTiming",
+           "CSV_FIELDS", "format_markdown"]
+
+#: Columns of area_power.csv (power in mW, area in um^2 as the liberty files give it).
+CSV_FIELDS = ["design", "group", "pdk", "clock_ns", "area_um2", "cell_count", "slack_ns",
+              "meets_timing", "power_internal_mw", "power_switching_mw", "power_leakage_mw",
+              "power_total_mw", "activity_method", "equivalence"]
+
+
+class NoDesignMeetsTiming(ValueError):
+    """Every design fails timing at the requested clock."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    design: str
+    lib: Library
+    opts: FlowOptions
+    sta: StaTool
+    use_cache: bool
+
+
+def _run_job(job: _Job) -> SynthResult:
+    # In a worker process: build the RTL (Amaranth), then the flow.
+    from mactile.rtl.registry import get_design
+
+    from .rtl import component_rtl
+
+    d = get_design(job.design)
+    component = d.build()
+    rtl = component_rtl(component, d.name, params=d.params)
+    return synthesize(rtl, job.lib, job.opts, component=component, group=d.group,
+                      reference=d.reference, use_cache=job.use_cache, sta=job.sta)
+
+
+def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: int = 2,
+                use_cache: bool = True, progress: Callable[[str], None] | None = None
+                ) -> list[SynthResult]:
+    """Run the flow for registry designs ``names``; results in the order of ``names``.
+
+    Raises
+    ------
+    ValueError
+        An unknown design name.
+    ToolError
+        A tool failed on some design (the message names it and its log).
+    """
+    from mactile.rtl.registry import get_design
+
+    names = list(dict.fromkeys(names))
+    for n in names:
+        get_design(n)  # unknown names fail here, before any work
+    sta = find_sta()
+    todo = [_Job(n, lib, opts, sta, use_cache) for n in names]
+    results: dict[str, SynthResult] = {}
+    say = progress or (lambda s: None)
+    t0 = time.perf_counter()
+    if jobs <= 1 or len(todo) <= 1:
+        for job in todo:
+            results[job.design] = r = _run_job(job)
+            say(_progress_line(r, t0))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_run_job, job): job for job in todo}
+            try:
+                for fut in as_completed(futures):
+                    r = fut.result()
+                    results[r.design] = r
+                    say(_progress_line(r, t0))
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    return [results[n] for n in names]
+
+
+def _progress_line(r: SynthResult, t0: float) -> str:
+    state = "cached" if r.cached else f"{r.runtime_s.get('total', 0):.1f} s"
+    if not r.ok:
+        return f"  {r.design:<24} EQUIVALENCE FAILED ({state})"
+    flag = "" if r.meets_timing else "  ** fails timing **"
+    return (f"  {r.design:<24} {r.area_um2:>11.1f} um2 {r.power_mw['total']:>9.4f} mW "
+            f"slack {_fmt(r.slack_ns, 3):>8} ns ({state}; {time.perf_counter() - t0:.0f} s){flag}")
+
+
+def _fmt(x, digits=4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return str(x)
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def check_timing(results: list[SynthResult]) -> None:
+    """:class:`NoDesignMeetsTiming` when no equivalent design meets timing."""
+    done = [r for r in results if r.ok and r.slack_ns is not None]
+    if done and not any(r.meets_timing for r in done):
+        best = max(done, key=lambda r: r.slack_ns)
+        clock = best.clock_ns
+        need = clock - best.slack_ns
+        raise NoDesignMeetsTiming(
+            f"no design meets timing at a {clock:g} ns clock (best: {best.design}, slack "
+            f"{best.slack_ns:.3f} ns, needs at least {need:.3f} ns on {best.pdk}); choose a "
+            f"longer --clock-ns")
+
+
+def _csv_row(r: SynthResult) -> dict:
+    p = r.power_mw or {}
+    return {"design": r.design, "group": r.group, "pdk": r.pdk, "clock_ns": r.clock_ns,
+            "area_um2": r.area_um2, "cell_count": r.cell_count, "slack_ns": r.slack_ns,
+            "meets_timing": r.meets_timing, "power_internal_mw": p.get("internal"),
+            "power_switching_mw": p.get("switching"), "power_leakage_mw": p.get("leakage"),
+            "power_total_mw": p.get("total"), "activity_method": r.activity_method,
+            "equivalence": "proven" if r.ok else "failed"}
+
+
+def format_csv(results: list[SynthResult]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for r in results:
+        w.writerow({k: ("" if v is None else v) for k, v in _csv_row(r).items()})
+    return buf.getvalue()
+
+
+def _groups(results: list[SynthResult]) -> dict[str, list[SynthResult]]:
+    groups: dict[str, list[SynthResult]] = {}
+    for r in results:
+        groups.setdefault(r.group or "other", []).append(r)
+    return groups
+
+
+def format_markdown(results: list[SynthResult], *, title: str = "Area and power") -> str:
+    """The report as Markdown tables, one per design group."""
+    lines = [f"# {title}", ""]
+    pdks = sorted({r.pdk for r in results})
+    clocks = sorted({r.clock_ns for r in results})
+    lines.append(f"Library: {', '.join(pdks)}; clock {', '.join(f'{c:g}' for c in clocks)} ns. "
+                 "Area from Yosys `stat -liberty` (um^2), power from OpenSTA `report_power` "
+                 "(mW), slack = worst setup slack at the clock. Every netlist is proven "
+                 "equivalent to its RTL before it gets a number.")
+    methods = sorted({r.activity_method for r in results})
+    lines.append("")
+    lines.append("Activity: " + "; ".join(methods) + ".")
+    for group, rs in _groups(results).items():
+        lines += ["", f"## {group}", "",
+                  "| design | area (um^2) | cells | slack (ns) | timing | internal (mW) | "
+                  "switching (mW) | leakage (mW) | total (mW) |",
+                  "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+        for r in rs:
+            if not r.ok:
+                lines.append(f"| {r.design} | equivalence failed | | | | | | | |")
+                continue
+            p = r.power_mw
+            timing = "met" if r.meets_timing else "**VIOLATED**"
+            lines.append(f"| {r.design} | {r.area_um2:.1f} | {r.cell_count} | "
+                         f"{_fmt(r.slack_ns, 3)} | {timing} | {p['internal']:.4g} | "
+                         f"{p['switching']:.4g} | {p['leakage']:.3g} | {p['total']:.4g} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_groups(results: list[SynthResult], path: Path) -> None:
+    """One PNG: area and total power per design, one row of two panels per group."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = {g: [r for r in rs if r.ok] for g, rs in _groups(results).items()}
+    groups = {g: rs for g, rs in groups.items() if rs}
+    n = max(1, len(groups))
+    fig, axes = plt.subplots(n, 2, figsize=(11, 2.2 + 1.9 * n), squeeze=False)
+    for row, (group, rs) in enumerate(groups.items()):
+        names = [r.design for r in rs]
+        colors = ["tab:blue" if r.meets_timing else "tab:red" for r in rs]
+        for col, (vals, label) in enumerate((([r.area_um2 for r in rs], "area (um$^2$)"),
+                                             ([r.power_mw["total"] for r in rs], "power (mW)"))):
+            ax = axes[row][col]
+            ax.barh(names, vals, color=colors)
+            ax.invert_yaxis()
+            ax.set_xlabel(label)
+            ax.set_title(group if col == 0 else f"{group}: power", fontsize=9)
+            ax.tick_params(labelsize=8)
+    r0 = results[0]
+    fig.suptitle(f"{r0.pdk}, clock {r0.clock_ns:g} ns (red: fails timing)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report_files(out_dir: Path) -> dict[str, Path]:
+    names = {"json": "area_power.json", "csv": "area_power.csv", "md": "area_power.md",
+             "png": "area_power.png"}
+    return {k: out_dir / v for k, v in names.items()}
+
+
+def write_report(results: list[SynthResult], out_dir: Path, *, plots: bool = True) -> dict[str, Path]:
+    """Write the JSON/CSV/Markdown (and PNG) report into ``out_dir``, all or nothing."""
+    from mactile.cli.common import atomic_outputs
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = report_files(out_dir)
+    if not plots:
+        files.pop("png")
+    keys = list(files)
+    with atomic_outputs(*files.values()) as tmps:
+        tmp = dict(zip(keys, tmps))
+        tmp["json"].write_text(json.dumps([r.record() for r in results], indent=1) + "\n")
+        tmp["csv"].write_text(format_csv(results))
+        tmp["md"].write_text(format_markdown(results))
+        if plots:
+            plot_groups(results, tmp["png"])
+    return files
+
+
+def default_jobs() -> int:
+    """Worker processes: the CPUs this process may use (the 2-core CI machine: 2)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)

@@ -1,0 +1,23 @@
+"""The full report on the default library for every registered design (slow)."""
+import json
+
+import pytest
+
+from mactile.cli.main import main
+from mactile.rtl.registry import DESIGNS
+
+pytestmark = [pytest.mark.synth, pytest.mark.slow]
+
+
+def test_full_report_default_library(tools, osu018, tmp_path, capsys):
+    if not DESIGNS:
+        pytest.skip("no designs registered")
+    out = tmp_path / "report"
+    assert main(["report", "-o", str(out)]) == 0
+    recs = json.loads((out / "area_power.json").read_text())
+    assert [r["design"] for r in recs] == list(DESIGNS)
+    assert all(r["equivalence"].startswith("proven") for r in recs)
+    assert all(r["area_um2"] > 0 and r["power_mw"]["total"] > 0 for r in recs)
+    capsys.readouterr()
+    assert main(["report", "-o", str(out)]) == 0   # nothing changed: all from the cache
+    assert capsys.readouterr().out.count("(cached;") == len(DESIGNS)
