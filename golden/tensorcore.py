@@ -57,7 +57,7 @@ from .fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, 
 
 __all__ = [
     "OperandSpec", "NVFP4_OPERAND", "NVFP4_E3M3_OPERAND", "RAZER_WEIGHT", "RAZER_ACT",
-    "OPERANDS", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
+    "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
     "TensorCoreSpec", "BlockProducts", "offsets_for", "operand_for",
     "fp32_round", "fp32_add", "fp32_parts", "epilogue", "FP32_QNAN",
 ]
@@ -290,6 +290,33 @@ RAZER_ACT = OperandSpec(name="razer-act", scale_format=FP8_E4M3, scale_field_bit
                         specials=1)
 #: Operand presets by name.
 OPERANDS = {o.name: o for o in (NVFP4_OPERAND, NVFP4_E3M3_OPERAND, RAZER_WEIGHT, RAZER_ACT)}
+#: Element decoders by name: how many special magnitudes (offset registers) each has.
+ELEMENT_DECODERS = {"fp4": 0, "razer-act": 1, "razer": 2}
+#: Block-scale formats by name.
+SCALE_FORMATS = {"e4m3": FP8_E4M3, "e3m3": E3M3}
+
+
+def make_operand(elements: str, scale: str) -> OperandSpec:
+    """The operand of an element decoder (``fp4``, ``razer``, ``razer-act``) and a scale
+    format (``e4m3``, ``e3m3``); the presets where one matches, else a new spec whose
+    metadata bits sit above the scale field (sign in bit 7).
+
+    >>> make_operand("razer", "e3m3") is RAZER_WEIGHT
+    True
+    """
+    if elements not in ELEMENT_DECODERS:
+        raise ValueError(f"unknown element decoder {elements!r}; choose "
+                         f"{', '.join(ELEMENT_DECODERS)}")
+    if scale not in SCALE_FORMATS:
+        raise ValueError(f"unknown scale format {scale!r}; choose {', '.join(SCALE_FORMATS)}")
+    fmt, specials = SCALE_FORMATS[scale], ELEMENT_DECODERS[elements]
+    field_bits = fmt.bits if not specials or not fmt.signed else fmt.bits - 1
+    for o in OPERANDS.values():
+        if (o.scale_format, o.specials, o.scale_field_bits) == (fmt, specials, field_bits):
+            return o
+    name = elements if elements != "fp4" else "nvfp4"
+    return OperandSpec(name=f"{name}-{scale}", scale_format=fmt, scale_field_bits=field_bits,
+                       specials=specials)
 
 
 def operand_for(fmt: BlockFormat) -> OperandSpec:
