@@ -378,12 +378,15 @@ Accumulator = FP32Accumulator | FixedAccumulator
 
 
 def accumulator(name: str, *, int_bits: int | None = None, frac_bits: int | None = None,
-                guard_bits: int = 16, weight: OperandSpec | None = None,
+                guard_bits: int = 14, weight: OperandSpec | None = None,
                 act: OperandSpec | None = None, block_size: int = 16) -> Accumulator:
     """Build an accumulator spec by name (``"fp32"`` or ``"fixed"``).
 
     For ``fixed`` the widths default to the smallest exact format for NVFP4 *and* RaZeR
     operands (so both cores get the same accumulator) plus ``guard_bits`` of headroom.
+    The defaults give 1 + 41 + 20 = 62 bits (**chosen**: 2**14 block steps, K = 262144
+    elements, cannot overflow; 62 bits is also the widest port the simulation harness
+    compares).
     """
     if name == "fp32":
         if int_bits is not None or frac_bits is not None:

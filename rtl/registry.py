@@ -77,7 +77,7 @@ _A_SPECIALS = [float(_RaZeRAct().special_value)]
 _TC = "mactile.rtl.fp4tc.tensorcore:build_tensor_core"
 _DEC = "mactile.rtl.fp4tc.decoders:build_decoder"
 _TC_COMMON = {"rows": 16, "cols": 16, "block_size": 16, "acc": "fp32", "acc_int_bits": None,
-              "acc_frac_bits": None, "acc_guard_bits": 16, "pipeline": ["dot", "scaled"]}
+              "acc_frac_bits": None, "acc_guard_bits": 14, "pipeline": ["dot", "scaled"]}
 DESIGNS["nvfp4-decoder"] = Design(
     "nvfp4-decoder", "FP4 E2M1 codes -> signed fixed-point values (16 lanes, combinational)",
     builder=_DEC, params={"operand": "nvfp4", "lanes": 16, "specials": None},

@@ -101,7 +101,7 @@ class TensorCore(wiring.Component):
     def __init__(self, *, rows: int = 16, cols: int = 16, block_size: int = 16,
                  weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
                  act_scale: str = "e4m3", acc: str = "fp32", acc_int_bits: int | None = None,
-                 acc_frac_bits: int | None = None, acc_guard_bits: int = 16,
+                 acc_frac_bits: int | None = None, acc_guard_bits: int = 14,
                  pipeline=DEFAULT_PIPELINE, w_specials=None, a_specials=None):
         w_op = make_operand(weight, weight_scale)
         a_op = make_operand(act, act_scale)
@@ -137,7 +137,9 @@ class TensorCore(wiring.Component):
             members["cfg_w_offsets"] = In(OFFSET_BITS).array(w_op.specials)
         if a_op.specials:
             members["cfg_a_offsets"] = In(OFFSET_BITS).array(a_op.specials)
-        members["acc"] = Out(acc_spec.width).array(rows)
+        # fixed: signed, so the two's-complement pattern reads back as the value
+        acc_shape = signed(acc_spec.width) if isinstance(acc_spec, FixedAccumulator) else 32
+        members["acc"] = Out(acc_shape).array(rows)
         if isinstance(acc_spec, FixedAccumulator):
             members["acc_nan"] = Out(1).array(rows)
         members["acc_valid"] = Out(1)

@@ -184,5 +184,5 @@ def test_spec_validation():
         RAZER_WEIGHT.decode_elements(np.zeros(16, int), 0, (1,))
     assert TensorCoreSpec(weight=RAZER_WEIGHT, act=RAZER_ACT).product_bits == 21
     assert TensorCoreSpec().product_bits == 19
-    assert accumulator("fixed").width == 64
+    assert accumulator("fixed").width == 62
     assert RAZER_WEIGHT.scale_format is E3M3 and RAZER_ACT.scale_format is FP8_E4M3
