@@ -58,8 +58,8 @@ from .fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, 
 __all__ = [
     "OperandSpec", "NVFP4_OPERAND", "NVFP4_E3M3_OPERAND", "RAZER_WEIGHT", "RAZER_ACT",
     "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
-    "TensorCoreSpec", "BlockProducts", "offsets_for", "operand_for",
-    "fp32_round", "fp32_add", "fp32_parts", "epilogue", "FP32_QNAN",
+    "TensorCoreSpec", "tensor_core_spec", "BlockProducts", "offsets_for", "operand_for",
+    "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
 ]
 
 #: Canonical FP32 quiet NaN the accumulator holds after a NaN product.
@@ -143,6 +143,48 @@ def fp32_add(acc: int, sign: int, mag: int, exp: int, *, nan: bool = False) -> i
     if total == 0:
         return 0  # exact cancellation: +0 under round-to-nearest
     return fp32_round(int(total < 0), abs(total), e0)
+
+
+def fp32_add_bits(a: int, b: int) -> int:
+    """IEEE binary32 ``a + b`` on bit patterns, RNE, canonical NaN (the FP32 adder unit)."""
+    cb, sb, mb, eb = fp32_parts(b)
+    if cb == "inf":
+        ca, sa, _, _ = fp32_parts(a)
+        if ca == "nan" or (ca == "inf" and sa != sb):
+            return FP32_QNAN
+        return b
+    if cb == "nan":
+        return FP32_QNAN
+    if mb == 0 and sb:  # -0: fp32_add treats a zero p as +0, so add it with sign rules here
+        ca, sa, ma, _ = fp32_parts(a)
+        if ca == "num" and ma == 0:
+            return a if sa else 0  # (-0) + (-0) = -0, (+0) + (-0) = +0
+        return FP32_QNAN if ca == "nan" else a
+    return fp32_add(a, sb, mb, eb)
+
+
+def fp32_rounding(acc: int, sign: int, mag: int, exp: int) -> str:
+    """How :func:`fp32_add` rounds ``acc + p``: ``"exact"``, ``"tie"`` (the exact sum is
+    halfway between two neighbouring results), ``"inexact"`` (any other rounding) or
+    ``"special"`` (a NaN or infinite operand or result). Tests use it to show that their
+    vectors really hit ties."""
+    cls, sa, ma, ea = fp32_parts(acc)
+    if cls != "num":
+        return "special"
+    e0 = min(ea, exp)
+    total = (-ma if sa else ma) * (1 << (ea - e0)) + (-mag if sign else mag) * (1 << (exp - e0))
+    if total == 0:
+        return "exact"
+    s, t = int(total < 0), abs(total)
+    rc, _, rm, re = fp32_parts(fp32_round(s, t, e0))
+    if rc != "num":
+        return "special"
+    if (rm << (re - e0) if re >= e0 else rm) == (t if re >= e0 else t << (e0 - re)):
+        return "exact"
+    # A tie is a rounding boundary: just above and just below it round differently.
+    above = fp32_round(s, 4 * t + 1, e0 - 2)
+    below = fp32_round(s, 4 * t - 1, e0 - 2)
+    return "tie" if above != below else "inexact"
 
 
 # --------------------------------------------------------------------------- operands
@@ -616,6 +658,27 @@ class TensorCoreSpec:
                                  f"the core {self.block_size}")
         if len(qw.shape) != 2 or len(qx.shape) != 1 or qw.shape[1] != qx.shape[0]:
             raise ValueError(f"gemv needs W (N, K) and x (K,), got {qw.shape} and {qx.shape}")
+
+
+def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
+                     weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
+                     act_scale: str = "e4m3", acc: str = "fp32", acc_int_bits: int | None = None,
+                     acc_frac_bits: int | None = None, acc_guard_bits: int = 14,
+                     **_implementation) -> TensorCoreSpec:
+    """The spec of a tensor core from its design parameters (the names ``mactile generate``
+    and the YAML configs use); implementation-only parameters are ignored here."""
+    w_op = make_operand(weight, weight_scale)
+    a_op = make_operand(act, act_scale)
+    if acc == "fp32":
+        if acc_int_bits is not None or acc_frac_bits is not None:
+            raise ValueError("acc_int_bits/acc_frac_bits apply to acc='fixed' only")
+        acc_spec: Accumulator = FP32Accumulator()
+    else:
+        acc_spec = accumulator(acc, int_bits=acc_int_bits, frac_bits=acc_frac_bits,
+                               guard_bits=acc_guard_bits, weight=w_op, act=a_op,
+                               block_size=block_size)
+    return TensorCoreSpec(rows=rows, cols=cols, block_size=block_size, weight=w_op, act=a_op,
+                          acc=acc_spec)
 
 
 def epilogue(acc_bits, w_tensor_scale, a_tensor_scale) -> np.ndarray:

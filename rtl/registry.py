@@ -91,6 +91,10 @@ DESIGNS["razer-act-decoder"] = Design(
     "razer-act-decoder", "RaZeR activation decoder: FP4 + 1 offset register, sign from the scale byte",
     builder=_DEC, params={"operand": "razer-act", "lanes": 16, "specials": _A_SPECIALS},
     reference=_RAZER_REF, group="razer-table9")
+DESIGNS["fp32-adder"] = Design(
+    "fp32-adder", "IEEE binary32 adder, RNE, subnormals, Inf/NaN (the tensor cores' accumulator)",
+    builder="mactile.rtl.fp4tc.fp32add:build_fp32_adder", params={},
+    reference=_RAZER_REF + " (FP32 accumulation)", group="razer-table9")
 DESIGNS["nvfp4-tc"] = Design(
     "nvfp4-tc", "NVFP4 tensor core: 16x16 FP4 MACs, E4M3 block scales, FP32 RNE accumulators",
     builder=_TC, params={**_TC_COMMON, "weight": "fp4", "weight_scale": "e4m3", "act": "fp4",

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from mactile.golden.tensorcore import FP32_QNAN
 
-__all__ = ["FP32Adder", "leading_zeros"]
+__all__ = ["FP32Adder", "leading_zeros", "build_fp32_adder"]
 
 _MAN, _EXP = 23, 8
 _SIG = _MAN + 1      # significand with the hidden bit
@@ -47,6 +47,15 @@ class FP32Adder(wiring.Component):
 
     def __init__(self):
         super().__init__({"a": In(32), "b": In(32), "s": Out(32)})
+
+    @property
+    def latency(self) -> int:
+        """Combinational."""
+        return 0
+
+    @property
+    def module_name(self) -> str:
+        return "fp32_add_rne"
 
     def elaborate(self, platform):
         m = Module()
@@ -133,3 +142,10 @@ class FP32Adder(wiring.Component):
         with m.Else():
             m.d.comb += self.s.eq(finite)
         return m
+
+
+def build_fp32_adder(**params) -> FP32Adder:
+    """Registry builder (no parameters)."""
+    if params:
+        raise ValueError(f"fp32-adder takes no parameters, got {sorted(params)}")
+    return FP32Adder()

@@ -25,8 +25,7 @@ from amaranth.lib.wiring import In, Out
 from mactile.golden.elements import FP4_E2M1
 from mactile.golden.fp4blocks import razer_offset_code
 from mactile.golden.tensorcore import (ELEM_FRAC, FP32_QNAN, OFFSET_BITS, FixedAccumulator,
-                                       FP32Accumulator, OperandSpec, TensorCoreSpec,
-                                       accumulator, make_operand)
+                                       FP32Accumulator, OperandSpec, tensor_core_spec)
 
 from .decoders import ElementDecoder, decode_scale, default_specials, value_shape
 from .fp32add import FP32Adder, leading_zeros
@@ -103,18 +102,12 @@ class TensorCore(wiring.Component):
                  act_scale: str = "e4m3", acc: str = "fp32", acc_int_bits: int | None = None,
                  acc_frac_bits: int | None = None, acc_guard_bits: int = 14,
                  pipeline=DEFAULT_PIPELINE, w_specials=None, a_specials=None):
-        w_op = make_operand(weight, weight_scale)
-        a_op = make_operand(act, act_scale)
-        if acc == "fp32":
-            if acc_int_bits is not None or acc_frac_bits is not None:
-                raise ValueError("acc_int_bits/acc_frac_bits apply to acc='fixed' only")
-            acc_spec = FP32Accumulator()
-        else:
-            acc_spec = accumulator(acc, int_bits=acc_int_bits, frac_bits=acc_frac_bits,
-                                   guard_bits=acc_guard_bits, weight=w_op, act=a_op,
-                                   block_size=block_size)
-        self.spec = TensorCoreSpec(rows=rows, cols=cols, block_size=block_size, weight=w_op,
-                                   act=a_op, acc=acc_spec)
+        self.spec = tensor_core_spec(
+            rows=rows, cols=cols, block_size=block_size, weight=weight,
+            weight_scale=weight_scale, act=act, act_scale=act_scale, acc=acc,
+            acc_int_bits=acc_int_bits, acc_frac_bits=acc_frac_bits,
+            acc_guard_bits=acc_guard_bits)
+        w_op, a_op, acc_spec = self.spec.weight, self.spec.act, self.spec.acc
         pipeline = tuple(pipeline)
         bad = [c for c in pipeline if c not in PIPELINE_CUTS]
         if bad or len(set(pipeline)) != len(pipeline):

@@ -9,7 +9,7 @@ from mactile.golden import E3M3, FP4_E2M1, FP8_E4M3, NVFP4, RaZeR, RaZeRAct
 from mactile.golden.fp4blocks import razer_offset_value
 from mactile.golden.tensorcore import (
     FP32_QNAN, NVFP4_E3M3_OPERAND, NVFP4_OPERAND, RAZER_ACT, RAZER_WEIGHT, FixedAccumulator,
-    FP32Accumulator, OperandSpec, TensorCoreSpec, accumulator, epilogue, fp32_add, fp32_parts,
+    FP32Accumulator, OperandSpec, TensorCoreSpec, accumulator, epilogue, fp32_add, fp32_add_bits, fp32_parts,
     fp32_round, offsets_for, operand_for)
 
 
@@ -56,6 +56,16 @@ def test_fp32_add_matches_ieee_float32(rng):
             assert got == int((_f32(x) + np.float32(0)).view(np.uint32)), (hex(x), hex(y))
         else:
             assert got == r, (hex(x), hex(y), hex(got), hex(r))
+
+
+def test_fp32_add_bits_matches_ieee_float32(rng):
+    a = _interesting_fp32(rng, 30000)
+    b = _interesting_fp32(rng, 30000)
+    with np.errstate(all="ignore"):
+        ref = (_f32(a) + _f32(b)).view(np.uint32)
+    for x, y, r in zip(a.tolist(), b.tolist(), ref.tolist()):
+        want = FP32_QNAN if np.isnan(_f32(r)) else r
+        assert fp32_add_bits(x, y) == want, (hex(x), hex(y))
 
 
 def test_fp32_add_named_cases():
