@@ -74,6 +74,12 @@ class ElementDecoder(wiring.Component):
         members["values"] = Out(value_shape(self.operand)).array(lanes)
         super().__init__(members)
 
+    @staticmethod
+    def special_negative(sign_bit):
+        """The special value is negative when the metadata sign bit is set (a subclass may
+        change it: the tests' mutant)."""
+        return sign_bit
+
     def elaborate(self, platform):
         m = Module()
         op = self.operand
@@ -89,7 +95,7 @@ class ElementDecoder(wiring.Component):
             mag = Signal(range(_SPECIAL_BASE + (1 << (OFFSET_BITS - 1))), name="special_mag")
             m.d.comb += mag.eq(Mux(reg[OFFSET_BITS - 1], _SPECIAL_BASE - off, _SPECIAL_BASE + off))
             special = Signal(shape, name="special")
-            m.d.comb += special.eq(Mux(self.meta[op.sign_bit], -mag, mag))
+            m.d.comb += special.eq(Mux(self.special_negative(self.meta[op.sign_bit]), -mag, mag))
         for i in range(self.lanes):
             code = self.codes[i]
             mag = table[code[:sign_pos]]
@@ -148,9 +154,12 @@ class DecoderUnit(wiring.Component):
     def module_name(self) -> str:
         return f"{self.operand.name.replace('-', '_')}_decoder_x{self.lanes}"
 
+    #: The element decoder (a class attribute so a test can swap in a broken one).
+    decoder_cls = ElementDecoder
+
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dec = dec = ElementDecoder(operand=self.operand, lanes=self.lanes)
+        m.submodules.dec = dec = self.decoder_cls(operand=self.operand, lanes=self.lanes)
         m.d.comb += dec.meta.eq(self.meta)
         for i in range(self.lanes):
             m.d.comb += [dec.codes[i].eq(self.codes[i]), self.values[i].eq(dec.values[i])]

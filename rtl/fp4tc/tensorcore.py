@@ -97,6 +97,9 @@ class TensorCore(wiring.Component):
         ``acc`` has just taken a new block (``latency`` cycles after its last beat).
     """
 
+    #: The accumulator adder (a class attribute so a test can swap in a broken one).
+    adder_cls = FP32Adder
+
     def __init__(self, *, rows: int = 16, cols: int = 16, block_size: int = 16,
                  weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
                  act_scale: str = "e4m3", acc: str = "fp32", acc_int_bits: int | None = None,
@@ -305,7 +308,7 @@ class TensorCore(wiring.Component):
         # ---- D: accumulate (the loop: one block per cycle per row)
         for r in range(R):
             if isinstance(s.acc, FP32Accumulator):
-                add = FP32Adder()
+                add = self.adder_cls()
                 m.submodules[f"acc_add{r}"] = add
                 m.d.comb += [add.a.eq(Mux(st["clear"], 0, self.acc[r])), add.b.eq(st["p"][r])]
                 with m.If(st["valid"]):
