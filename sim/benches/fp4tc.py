@@ -33,6 +33,9 @@ Each stream programs the offset registers (RaZeR), then starts with ``clear``.
 ``long``
     One long accumulation per stream (``count`` cycles), golden-quantized blocks of widely
     varying scale, no clear after the first block.
+``full`` (fixed size)
+    ``corners``, ``ties`` (FP32 only), ``long`` and ``random`` at their default sizes in one
+    run (one simulator start for all; the per-part rounding counts are in the notes).
 ``gemv`` (fixed size)
     End to end: a random 64 x 256 weight matrix and a 256-element activation vector
     quantized by the golden quantizers, ``rows`` output rows per tile, every block of
@@ -51,7 +54,8 @@ from mactile.golden.tensorcore import (ELEM_FRAC, OFFSET_BITS, OPERANDS, FixedAc
 
 from ..bench import Bench, Stream, Vectors, pack_streams
 
-__all__ = ["DecoderBench", "TensorCoreBench", "GEMV_SHAPE"]
+__all__ = ["DecoderBench", "TensorCoreBench", "Fp32AddBench", "GEMV_SHAPE", "gemv_operands",
+           "interesting_fp32"]
 
 #: Shape (N, K) of the end-to-end GEMV.
 GEMV_SHAPE = (64, 256)
@@ -78,6 +82,21 @@ def _layout(streams, expected_per_stream, lanes, idle=None):
         for p, v in e.items():
             expected[p][start:start + len(v), lane] = v
     return inputs, expected, mask, labels, names
+
+
+def gemv_operands(w_format, a_format, rng):
+    """The end-to-end GEMV's quantized operands: a random ``GEMV_SHAPE`` weight matrix and
+    activation vector (Gaussian, block magnitudes spread over 2**+-6 resp. 2**+-8, 1%
+    weight outliers, so that FP32 accumulation really rounds: with uniform magnitudes 16
+    blocks add exactly), quantized by the golden quantizers. Returns ``(qw, qx)``."""
+    N, K = GEMV_SHAPE
+    bs = w_format.block_size
+    nb = K // bs
+    W = rng.standard_normal((N, K)) * np.exp2(rng.uniform(-6, 6, (N, nb, 1))).repeat(
+        bs, axis=2).reshape(N, K) * 0.02
+    W[rng.random(W.shape) < 0.01] *= 10
+    x = rng.standard_normal(K) * np.exp2(rng.uniform(-8, 8, nb)).repeat(bs)
+    return w_format.quantize(W.astype(np.float32)), a_format.quantize(x.astype(np.float32))
 
 
 # =============================================================================== decoders
@@ -147,8 +166,8 @@ class TensorCoreBench(Bench):
     harness from the component).
     """
 
-    suites = ("random", "corners", "ties", "long", "gemv")
-    fixed_suites = ("corners", "gemv")
+    suites = ("random", "corners", "ties", "long", "gemv", "full")
+    fixed_suites = ("corners", "gemv", "full")
     default_counts = {"random": 2000, "ties": 600, "long": 3000}
 
     def __init__(self, *, w_specials=None, a_specials=None, **params):
@@ -338,9 +357,26 @@ class TensorCoreBench(Bench):
     def vectors(self, suite, *, lanes, count, rng) -> Vectors:
         self.check_suite(suite)
         self.roundings = {}
-        if count is None:
-            count = self.default_counts.get(suite)
-        return getattr(self, f"_suite_{suite}")(lanes=lanes, count=count, rng=rng)
+        if suite != "full":
+            if count is None:
+                count = self.default_counts.get(suite)
+            made, notes = getattr(self, f"_suite_{suite}")(lanes=lanes, count=count, rng=rng)
+            return self._pack(made, lanes, notes)
+        made, notes = [], {"parts": {}}
+        parts = ["corners", "long", "random"]
+        if isinstance(self.spec.acc, FP32Accumulator):
+            parts.insert(1, "ties")
+        total = {}
+        for sub in parts:
+            self.roundings = {}
+            m, _ = getattr(self, f"_suite_{sub}")(lanes=lanes, count=self.default_counts.get(sub),
+                                                 rng=rng)
+            made += m
+            notes["parts"][sub] = {"streams": len(m), "fp32_roundings": dict(self.roundings)}
+            for k, v in self.roundings.items():
+                total[k] = total.get(k, 0) + v
+        self.roundings = total
+        return self._pack(made, lanes, notes)
 
     def _suite_random(self, *, lanes, count, rng):
         made, cycles, k = [], 0, 0
@@ -356,7 +392,7 @@ class TensorCoreBench(Bench):
             made.append(self._stream(name, self._with_bubbles(blocks, rng), rng=rng))
             cycles += len(made[-1][0])
             k += 1
-        return self._pack(made, lanes)
+        return made, {}
 
     def _suite_long(self, *, lanes, count, rng):
         per_lane = max(1, count // max(lanes, 1) // self.spec.beats)
@@ -366,7 +402,7 @@ class TensorCoreBench(Bench):
             raw = self._quantized_blocks(per_lane, rng, wo=wo, ao=ao, spread=8.0)
             blocks = [_Block(*b, i == 0, wo, ao) for i, b in enumerate(raw)]
             made.append(self._stream(f"long accumulation ({per_lane} blocks)", blocks, rng=rng))
-        return self._pack(made, lanes)
+        return made, {}
 
     def _suite_gemv(self, *, lanes, count, rng):
         s = self.spec
@@ -377,14 +413,9 @@ class TensorCoreBench(Bench):
         N, K = GEMV_SHAPE
         if N % s.rows:
             raise ValueError(f"gemv suite: {N} rows are not a multiple of rows={s.rows}")
-        # Gaussian with block magnitudes spread over 2**+-6 and 1% outliers, so that the
-        # FP32 accumulation really rounds (with uniform magnitudes 16 blocks add exactly).
-        W = rng.standard_normal((N, K)) * np.exp2(rng.uniform(-6, 6, (N, K // 16, 1))).repeat(
-            16, axis=2).reshape(N, K) * 0.02
-        W[rng.random(W.shape) < 0.01] *= 10
-        x = rng.standard_normal(K) * np.exp2(rng.uniform(-8, 8, K // 16)).repeat(16)
-        W, x = W.astype(np.float32), x.astype(np.float32)
-        qw, qx = wf.quantize(W), af.quantize(x)
+        if lanes != 1:
+            raise ValueError("gemv suite runs the tiles one after another on one lane: lanes=1")
+        qw, qx = gemv_operands(wf, af, rng)
         wo, ao = self.reset_wo, self.reset_ao
         if (wo, ao) != (tuple(razer_offset_code(v) for v in _default_specials(s.weight)),
                         tuple(razer_offset_code(v) for v in _default_specials(s.act))):
@@ -402,9 +433,7 @@ class TensorCoreBench(Bench):
             if [int(v) for v in state["acc"]] != [int(v) for v in final["acc"][rows]]:
                 raise AssertionError("golden step-by-step run disagrees with TensorCoreSpec.gemv")
             made.append((st, exp))
-        if lanes != 1:
-            raise ValueError("gemv suite runs the tiles one after another on one lane: lanes=1")
-        return self._pack(made, lanes, notes={
+        return made, ({
             "gemv_shape": GEMV_SHAPE, "final_acc": [int(v) for v in final["acc"]],
             "w_tensor_scale": float(qw.tensor_scale), "a_tensor_scale": float(qx.tensor_scale)})
 
@@ -494,7 +523,7 @@ class TensorCoreBench(Bench):
                    _Block(neg, one_a, wc, np.full(R, one_w), False, wo, ao),
                    _Block(np.zeros(bs, int) | 8, one_a, wc, np.full(R, one_w), False, wo, ao)]
         made.append(self._stream("signed/NaN scales, cancellation", blocks, rng=rng))
-        return self._pack(made, lanes)
+        return made, {}
 
     # ---- ties
     def _tie_block(self, state, rng, *, near=False):
@@ -563,7 +592,7 @@ class TensorCoreBench(Bench):
                 state = s.step(state, b.ac, b.ab, b.wc, b.wb, w_offsets=wo, a_offsets=ao)
             made.append(self._stream("rounding ties", blocks, rng=rng))
             cycles += len(made[-1][0])
-        return self._pack(made, lanes)
+        return made, {}
 
 
 # =============================================================================== FP32 adder
