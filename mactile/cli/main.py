@@ -18,6 +18,8 @@ COMMANDS = [
     "mactile.cli.list_cmd",
     "mactile.cli.quantize",
     "mactile.cli.formats",
+    "mactile.cli.generate",
+    "mactile.cli.sim",
 ]
 
 
