@@ -12,6 +12,8 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .lint import LINT_WAIVERS, STAGE_SIGNALS
+
 from mactile.golden.elements import FP4_E2M1
 from mactile.golden.fp4blocks import RaZeR, RaZeRAct, razer_offset_code
 from mactile.golden.tensorcore import ELEM_FRAC, OFFSET_BITS, OPERANDS, OperandSpec
@@ -144,6 +146,10 @@ class DecoderUnit(wiring.Component):
             members["cfg_offsets"] = In(OFFSET_BITS).array(op.specials)
         members["values"] = Out(value_shape(op)).array(lanes)
         super().__init__(members)
+
+    #: Documented Verilator -Wall waivers (:mod:`.lint`).
+    lint_waivers = LINT_WAIVERS
+    waveform_signals = STAGE_SIGNALS
 
     @property
     def latency(self) -> int:

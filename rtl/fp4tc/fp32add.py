@@ -12,6 +12,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .lint import LINT_WAIVERS, STAGE_SIGNALS
+
 from mactile.golden.tensorcore import FP32_QNAN
 
 __all__ = ["FP32Adder", "leading_zeros", "build_fp32_adder"]
@@ -47,6 +49,10 @@ class FP32Adder(wiring.Component):
 
     def __init__(self):
         super().__init__({"a": In(32), "b": In(32), "s": Out(32)})
+
+    #: Documented Verilator -Wall waivers (:mod:`.lint`).
+    lint_waivers = LINT_WAIVERS
+    waveform_signals = STAGE_SIGNALS
 
     @property
     def latency(self) -> int:

@@ -22,6 +22,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .lint import LINT_WAIVERS, STAGE_SIGNALS
+
 from mactile.golden.elements import FP4_E2M1
 from mactile.golden.fp4blocks import razer_offset_code
 from mactile.golden.tensorcore import (ELEM_FRAC, FP32_QNAN, OFFSET_BITS, FixedAccumulator,
@@ -96,6 +98,10 @@ class TensorCore(wiring.Component):
     acc_valid : Out(1)
         ``acc`` has just taken a new block (``latency`` cycles after its last beat).
     """
+
+    #: Documented Verilator -Wall waivers (:mod:`.lint`).
+    lint_waivers = LINT_WAIVERS
+    waveform_signals = STAGE_SIGNALS
 
     #: The accumulator adder (a class attribute so a test can swap in a broken one).
     adder_cls = FP32Adder
