@@ -167,6 +167,8 @@ class TensorCoreBench(Bench):
     """
 
     suites = ("random", "corners", "ties", "long", "gemv", "full")
+    #: One core per simulation: the array is wide on its own (harness default lanes).
+    default_lanes = 1
     fixed_suites = ("corners", "gemv", "full")
     default_counts = {"random": 2000, "ties": 600, "long": 3000}
 
