@@ -20,6 +20,7 @@ COMMANDS = [
     "mactile.cli.formats",
     "mactile.cli.generate",
     "mactile.cli.sim",
+    "mactile.cli.bench",
 ]
 
 
