@@ -59,7 +59,7 @@ __all__ = [
     "OperandSpec", "NVFP4_OPERAND", "NVFP4_E3M3_OPERAND", "RAZER_WEIGHT", "RAZER_ACT",
     "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
     "TensorCoreSpec", "tensor_core_spec", "BlockProducts", "offsets_for", "operand_for",
-    "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
+    "ELEM_FRAC", "OFFSET_BITS", "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
 ]
 
 #: Canonical FP32 quiet NaN the accumulator holds after a NaN product.
