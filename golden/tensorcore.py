@@ -664,9 +664,13 @@ def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
                      weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
                      act_scale: str = "e4m3", acc: str = "fp32", acc_int_bits: int | None = None,
                      acc_frac_bits: int | None = None, acc_guard_bits: int = 14,
-                     **_implementation) -> TensorCoreSpec:
+                     **implementation) -> TensorCoreSpec:
     """The spec of a tensor core from its design parameters (the names ``mactile generate``
-    and the YAML configs use); implementation-only parameters are ignored here."""
+    and the YAML configs use); the implementation-only ones (``pipeline``, the offset
+    registers' reset values ``w_specials``/``a_specials``) do not change what it computes."""
+    unknown = set(implementation) - {"pipeline", "w_specials", "a_specials"}
+    if unknown:
+        raise ValueError(f"unknown tensor-core parameter(s) {sorted(unknown)}")
     w_op = make_operand(weight, weight_scale)
     a_op = make_operand(act, act_scale)
     if acc == "fp32":
