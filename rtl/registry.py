@@ -98,3 +98,46 @@ def get_design(name: str) -> Design:
     except KeyError:
         known = ", ".join(sorted(DESIGNS)) or "(none)"
         raise ValueError(f"unknown design {name!r}; known designs: {known}") from None
+
+
+# ---- RaZeR Sec. 4.4 / Fig. 4 / Table 9: decoders and the NVFP4 vs RaZeR tensor cores ----
+_RAZER_REF = "RaZeR (000) Sec. 4.4, Fig. 4, Table 9"
+# Offset-register reset values: the golden quantizers' default special magnitudes.
+from mactile.golden.fp4blocks import RaZeR as _RaZeR, RaZeRAct as _RaZeRAct  # noqa: E402
+_W_SPECIALS = [float(v) for v in _RaZeR().special_values]
+_A_SPECIALS = [float(_RaZeRAct().special_value)]
+_TC = "mactile.rtl.fp4tc.tensorcore:build_tensor_core"
+_DEC = "mactile.rtl.fp4tc.decoders:build_decoder"
+_TC_BENCH = "mactile.sim.benches.fp4tc:TensorCoreBench"
+_DEC_BENCH = "mactile.sim.benches.fp4tc:DecoderBench"
+_TC_COMMON = {"rows": 16, "cols": 16, "block_size": 16, "acc": "fp32", "acc_int_bits": None,
+              "acc_frac_bits": None, "acc_guard_bits": 14, "pipeline": ["dot", "scaled"]}
+DESIGNS["nvfp4-decoder"] = Design(
+    "nvfp4-decoder", "FP4 E2M1 codes -> signed fixed-point values (16 lanes, combinational)",
+    builder=_DEC, params={"operand": "nvfp4", "lanes": 16, "specials": None},
+    reference=_RAZER_REF, group="razer-table9", bench=_DEC_BENCH)
+DESIGNS["razer-weight-decoder"] = Design(
+    "razer-weight-decoder",
+    "RaZeR weight decoder: FP4 + 2 offset registers, select and sign from the scale byte",
+    builder=_DEC, params={"operand": "razer", "lanes": 16, "specials": _W_SPECIALS},
+    reference=_RAZER_REF, group="razer-table9", bench=_DEC_BENCH)
+DESIGNS["razer-act-decoder"] = Design(
+    "razer-act-decoder", "RaZeR activation decoder: FP4 + 1 offset register, sign from the scale byte",
+    builder=_DEC, params={"operand": "razer-act", "lanes": 16, "specials": _A_SPECIALS},
+    reference=_RAZER_REF, group="razer-table9", bench=_DEC_BENCH)
+DESIGNS["fp32-adder"] = Design(
+    "fp32-adder", "IEEE binary32 adder, RNE, subnormals, Inf/NaN (the tensor cores' accumulator)",
+    builder="mactile.rtl.fp4tc.fp32add:build_fp32_adder", params={},
+    reference=_RAZER_REF + " (FP32 accumulation)", group="razer-table9",
+    bench="mactile.sim.benches.fp4tc:Fp32AddBench")
+DESIGNS["nvfp4-tc"] = Design(
+    "nvfp4-tc", "NVFP4 tensor core: 16x16 FP4 MACs, E4M3 block scales, FP32 RNE accumulators",
+    builder=_TC, params={**_TC_COMMON, "weight": "fp4", "weight_scale": "e4m3", "act": "fp4",
+                         "act_scale": "e4m3", "w_specials": None, "a_specials": None},
+    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)
+DESIGNS["razer-tc"] = Design(
+    "razer-tc", "RaZeR tensor core: NVFP4 array with RaZeR decoders (E3M3 weight scales)",
+    builder=_TC, params={**_TC_COMMON, "weight": "razer", "weight_scale": "e3m3",
+                         "act": "razer-act", "act_scale": "e4m3", "w_specials": _W_SPECIALS,
+                         "a_specials": _A_SPECIALS},
+    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)

@@ -374,7 +374,9 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     if sim not in DEFAULT_SHAPE:
         raise ValueError(f"unknown simulator {sim!r}; known: {', '.join(DEFAULT_SHAPE)}")
     if lanes is None:
-        lanes = 1 if activity else DEFAULT_SHAPE[sim][0]
+        # a bench may prefer fewer lanes (a 16x16 tensor core is wide on its own)
+        preferred = getattr(d.load_bench(), "default_lanes", None) if d.bench else None
+        lanes = 1 if activity else (preferred or DEFAULT_SHAPE[sim][0])
     if depth is None:
         depth = DEFAULT_SHAPE[sim][1]
     for name, v in (("lanes", lanes), ("depth", depth)):

@@ -109,12 +109,19 @@ def module_ports(verilog_text: str, name: str) -> list[str]:
 
 def lint_waivers(component, *, name: str | None = None) -> str:
     """Verilator configuration (``.vlt``) waiving the documented Amaranth idioms for one
-    module file, plus ``UNUSEDSIGNAL`` for the named stage signals the component keeps for
-    waveforms (its ``waveform_signals``; Amaranth reads the expressions they alias)."""
+    module file, the component's own documented ``lint_waivers`` (``(rule, match,
+    reason)`` triples), plus ``UNUSEDSIGNAL`` for the named stage signals the component
+    keeps for waveforms (its ``waveform_signals``; Amaranth reads the expressions they
+    alias)."""
     name = name or module_name(component)
     lines = ["`verilator_config",
              f"// Waivers for {name}.v (mactile; reasons in docs/sim.md)."]
     for rule, match, reason in AMARANTH_WAIVERS:
+        lines.append(f"// {rule}: {reason}")
+        extra = f' -match "{match}"' if match else ""
+        lines.append(f'lint_off -rule {rule} -file "*{name}.v"{extra}')
+    for rule, match, reason in getattr(component, "lint_waivers", ()):
+        # design-specific idioms, each with its reason (e.g. rtl/fp4tc)
         lines.append(f"// {rule}: {reason}")
         extra = f' -match "{match}"' if match else ""
         lines.append(f'lint_off -rule {rule} -file "*{name}.v"{extra}')

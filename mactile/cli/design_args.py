@@ -1,5 +1,7 @@
-"""Arguments shared by the design subcommands (``generate``, ``sim``): a design name and
-an optional YAML file of parameter overrides."""
+"""Arguments shared by the design subcommands (``generate``, ``sim``): a design name, an
+optional YAML file of parameter overrides, and any design parameter as a flag
+(``--rows 8 --acc fixed --pipeline dot,scaled``; dashes and underscores are the same).
+Precedence: the design's defaults, then ``--config``, then the flags."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +14,52 @@ def add_design_args(p) -> None:
     p.add_argument("--config", metavar="FILE.yaml",
                    help="YAML mapping of parameter overrides (a flat mapping, or one with a "
                         "`params` mapping as in the presets files)")
+    p.add_argument("--show-params", action="store_true",
+                   help="print the design's parameters (defaults, then --config and flags "
+                        "applied) and exit")
+    p.epilog = ((p.epilog + " ") if p.epilog else "") + (
+        "Every design parameter is also a flag: --NAME VALUE (VALUE read as YAML; lists "
+        "comma-separated), e.g. `--rows 8 --acc fixed --pipeline dot,scaled`; "
+        "--show-params lists them.")
+    p.set_defaults(design_param_flags=True)
+
+
+def parse_param_flags(design, extra: list[str]) -> dict:
+    """``{param: value}`` from ``--name value`` pairs naming ``design``'s parameters.
+
+    Values are read as YAML scalars (``16``, ``fixed``, ``null``, ``5.0``); where the
+    default is a list, ``a,b`` is a list and ``none``/``[]`` are empty.
+    """
+    import yaml
+
+    out: dict = {}
+    known = {k.replace("_", "-"): k for k in design.params}
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if not tok.startswith("--") or len(tok) < 3:
+            raise CliError(f"unexpected argument {tok!r}")
+        flag, eq, val = tok[2:].partition("=")
+        name = known.get(flag.replace("_", "-"))
+        if name is None:
+            raise CliError(f"{design.name}: unknown parameter --{flag}; parameters: "
+                           + ", ".join(f"--{k}" for k in sorted(known)))
+        if not eq:
+            if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
+                raise CliError(f"--{flag} needs a value")
+            val = extra[i + 1]
+            i += 1
+        i += 1
+        try:
+            if isinstance(design.params[name], (list, tuple)) and not val.lstrip().startswith("["):
+                v = [] if val.strip().lower() in ("", "none") else \
+                    [yaml.safe_load(x) for x in val.split(",")]
+            else:
+                v = yaml.safe_load(val)
+        except yaml.YAMLError as e:
+            raise CliError(f"--{flag}: cannot read {val!r}: {e}") from None
+        out[name] = v
+    return out
 
 
 def load_config(path: str) -> dict:
@@ -45,9 +93,17 @@ def resolve_design(args):
         raise CliError(str(e)) from None
     overrides = load_config(args.config) if args.config else {}
     try:
-        params = design.resolve(**overrides)
+        design.resolve(**overrides)
     except ValueError as e:
         raise CliError(f"{args.config}: {e}") from None
+    overrides.update(parse_param_flags(design, getattr(args, "extra", [])))
+    params = design.resolve(**overrides)
+    if getattr(args, "show_params", False):
+        import yaml
+
+        print(yaml.safe_dump({"design": design.name, "params": params}, sort_keys=False),
+              end="")
+        raise SystemExit(0)
     return design, params
 
 

@@ -19,7 +19,8 @@ def register(sub) -> None:
                     "(parameters, latency, ports). Then lint with `verilator --lint-only "
                     "-Wall` (exit status 1 if it warns).")
     add_design_args(p)
-    p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument("-o", "--out", metavar="DIR", help="output folder (created; required unless "
+                   "--show-params)")
     p.add_argument("--no-lint", action="store_true", help="skip the Verilator lint")
     p.set_defaults(func=run)
 
@@ -28,6 +29,8 @@ def run(args) -> int:
     from mactile.sim.hdl import generate, lint
 
     design, params = resolve_design(args)
+    if not args.out:
+        raise CliError("generate needs an output folder: -o DIR")
     comp = build_component(design, params)
     gen = generate(comp)
     out = Path(args.out)

@@ -1,0 +1,694 @@
+"""Bit-exact golden model of the NVFP4 and RaZeR tensor-core datapath (RaZeR Sec. 4.4, Fig. 4).
+
+The RTL in :mod:`mactile.rtl.fp4tc` implements exactly this model; tests compare every
+accumulator bit for bit.
+
+One **block step** (one array cycle when ``cols == block_size``) takes one activation
+block (``block_size`` FP4 codes and one scale byte) and ``rows`` weight blocks (one per
+output row, each with its scale byte) and, for every row ``r``::
+
+    a_j   = dec_a(code_a[j], byte_a)          exact, fixed point with 1 fraction bit
+    w_rj  = dec_w(code_w[r, j], byte_w[r])    (FP4 value, or the block's special value)
+    dot_r = sum_j a_j * w_rj                  exact integer in units of 2**-2
+    S_r   = scale(byte_a) * scale(byte_w[r])  exact: the metadata bits are removed first
+    P_r   = dot_r * S_r                       exact (no rounding anywhere up to here)
+    acc_r = ACC(acc_r + P_r)                  the ONLY rounding of the datapath
+
+``ACC`` is the named accumulation format:
+
+``fp32`` (default, the NVFP4 baseline's FP32 accumulation)
+    IEEE 754 binary32 addition of the accumulator and the exact ``P_r`` with one rounding
+    to nearest, ties to even. Gradual underflow (subnormal results, no flush to zero),
+    overflow to +-Inf, NaN canonical (``0x7FC00000``) and sticky until the accumulator is
+    cleared; an exactly-zero sum of operands of opposite sign is +0, ``P_r == 0`` counts
+    as +0. A spec is only valid when every ``P_r`` is exactly representable in FP32
+    (checked: the NVFP4/RaZeR products need at most 21 significant bits and exponents in
+    [-20, 26]), so this is plain IEEE addition of two FP32 numbers.
+``fixed``
+    A two's-complement fixed-point accumulator (``1 + int_bits + frac_bits`` bits) to
+    which ``P_r`` is added exactly; it wraps modulo ``2**width`` (``int_bits`` leaves
+    ``guard_bits`` of headroom over one block product: at least ``2**guard_bits`` block
+    steps cannot overflow). ``frac_bits`` must hold every product exactly (checked).
+
+``clear`` with a block starts that row's accumulation afresh: ``acc = ACC(0 + P)``.
+A NaN block-scale code (E4M3 ``S.1111.111``) makes ``P_r`` NaN: the FP32 accumulator
+becomes NaN; the fixed accumulator adds 0 and sets the row's sticky ``nan`` flag.
+
+**Outside the core** (named choice): the two per-tensor FP32 scales ``D32`` of NVFP4/RaZeR.
+:func:`epilogue` applies them after the last block: ``y = RNE32(RNE32(D32_w * D32_a) *
+acc)``. Element values, block-scale codes and metadata bytes go in exactly as the golden
+quantizers store them in :class:`~mactile.golden.block.Quantized`.
+
+Special-value registers: a RaZeR operand's decoder holds one 4-bit offset register per
+special magnitude (sign-magnitude, 1 sign, 2 integer, 1 fraction bit), magnitude
+``6 + offset`` (Fig. 4); :func:`offsets_for` gives the register codes of a golden format.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from .block import BlockFormat, Quantized
+from .elements import E3M3, FP4_E2M1, FP8_E4M3, FloatFormat
+from .fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, razer_offset_value
+
+__all__ = [
+    "OperandSpec", "NVFP4_OPERAND", "NVFP4_E3M3_OPERAND", "RAZER_WEIGHT", "RAZER_ACT",
+    "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
+    "TensorCoreSpec", "tensor_core_spec", "BlockProducts", "offsets_for", "operand_for",
+    "ELEM_FRAC", "OFFSET_BITS", "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
+]
+
+#: Canonical FP32 quiet NaN the accumulator holds after a NaN product.
+FP32_QNAN = 0x7FC00000
+_F32_MAN = 23
+_F32_BIAS = 127
+_F32_EMIN_LSB = 1 - _F32_BIAS - _F32_MAN  # -149: exponent of the smallest subnormal
+_F32_INF = 0xFF << _F32_MAN
+
+#: Fraction bits of a decoded element: FP4's finest step is 2**(emin - man_bits) = 0.5.
+ELEM_FRAC = FP4_E2M1.man_bits - FP4_E2M1.emin
+#: Offset-register layout (Fig. 4): sign-magnitude, 3 magnitude bits with 1 fraction bit.
+OFFSET_BITS = 4
+
+
+# --------------------------------------------------------------------------- FP32
+def fp32_round(sign: int, mag: int, exp: int) -> int:
+    """Bits of ``(-1)**sign * mag * 2**exp`` rounded to binary32, nearest-even.
+
+    ``mag`` is a non-negative integer of any width. Results below the normal range are
+    subnormal (gradual underflow), results that round beyond the largest finite value are
+    +-Inf; a magnitude that rounds to zero gives a zero of the given sign.
+    """
+    if mag < 0:
+        raise ValueError("mag must be non-negative")
+    s = (sign & 1) << 31
+    if mag == 0:
+        return s
+    n = mag.bit_length()
+    q = max(exp + n - (_F32_MAN + 1), _F32_EMIN_LSB)  # exponent of the result's LSB
+    if q > exp:
+        sh = q - exp
+        r = mag >> sh
+        rem = mag & ((1 << sh) - 1)
+        half = 1 << (sh - 1)
+        if rem > half or (rem == half and (r & 1)):
+            r += 1
+    else:
+        r = mag << (exp - q)
+    if r >> (_F32_MAN + 1):  # rounding carried into a new binade (r == 2**24)
+        r >>= 1
+        q += 1
+    if r < (1 << _F32_MAN):  # subnormal or zero: q is the minimum exponent
+        return s | r
+    e_field = q - _F32_EMIN_LSB + 1
+    if e_field >= 0xFF:
+        return s | _F32_INF
+    return s | (e_field << _F32_MAN) | (r - (1 << _F32_MAN))
+
+
+def fp32_parts(bits: int) -> tuple[str, int, int, int]:
+    """Split FP32 bits into (class, sign, mag, exp) with value ``(-1)**sign*mag*2**exp``;
+    class is ``"num"``, ``"inf"`` or ``"nan"``."""
+    sign = (bits >> 31) & 1
+    e = (bits >> _F32_MAN) & 0xFF
+    f = bits & ((1 << _F32_MAN) - 1)
+    if e == 0xFF:
+        return ("nan" if f else "inf"), sign, 0, 0
+    if e == 0:
+        return "num", sign, f, _F32_EMIN_LSB
+    return "num", sign, f | (1 << _F32_MAN), e - 1 + _F32_EMIN_LSB
+
+
+def fp32_add(acc: int, sign: int, mag: int, exp: int, *, nan: bool = False) -> int:
+    """IEEE binary32 ``acc + p`` with one RNE rounding, ``p = (-1)**sign * mag * 2**exp``
+    exact (``mag == 0`` is +0 whatever ``sign``; ``nan`` makes ``p`` NaN).
+
+    NaN results are the canonical quiet NaN; Inf + -Inf is NaN.
+    """
+    cls, sa, ma, ea = fp32_parts(acc)
+    if nan or cls == "nan":
+        return FP32_QNAN
+    if cls == "inf":
+        return acc  # p is finite
+    if mag == 0:
+        sign = 0
+    if ma == 0 and mag == 0:
+        return ((sa & sign) & 1) << 31  # (-0) + (-0) = -0, else +0
+    e0 = min(ea, exp)
+    total = (-ma if sa else ma) * (1 << (ea - e0)) + (-mag if sign else mag) * (1 << (exp - e0))
+    if total == 0:
+        return 0  # exact cancellation: +0 under round-to-nearest
+    return fp32_round(int(total < 0), abs(total), e0)
+
+
+def fp32_add_bits(a: int, b: int) -> int:
+    """IEEE binary32 ``a + b`` on bit patterns, RNE, canonical NaN (the FP32 adder unit)."""
+    cb, sb, mb, eb = fp32_parts(b)
+    if cb == "inf":
+        ca, sa, _, _ = fp32_parts(a)
+        if ca == "nan" or (ca == "inf" and sa != sb):
+            return FP32_QNAN
+        return b
+    if cb == "nan":
+        return FP32_QNAN
+    if mb == 0 and sb:  # -0: fp32_add treats a zero p as +0, so add it with sign rules here
+        ca, sa, ma, _ = fp32_parts(a)
+        if ca == "num" and ma == 0:
+            return a if sa else 0  # (-0) + (-0) = -0, (+0) + (-0) = +0
+        return FP32_QNAN if ca == "nan" else a
+    return fp32_add(a, sb, mb, eb)
+
+
+def fp32_rounding(acc: int, sign: int, mag: int, exp: int) -> str:
+    """How :func:`fp32_add` rounds ``acc + p``: ``"exact"``, ``"tie"`` (the exact sum is
+    halfway between two neighbouring results), ``"inexact"`` (any other rounding) or
+    ``"special"`` (a NaN or infinite operand or result). Tests use it to show that their
+    vectors really hit ties."""
+    cls, sa, ma, ea = fp32_parts(acc)
+    if cls != "num":
+        return "special"
+    e0 = min(ea, exp)
+    total = (-ma if sa else ma) * (1 << (ea - e0)) + (-mag if sign else mag) * (1 << (exp - e0))
+    if total == 0:
+        return "exact"
+    s, t = int(total < 0), abs(total)
+    rc, _, rm, re = fp32_parts(fp32_round(s, t, e0))
+    if rc != "num":
+        return "special"
+    if (rm << (re - e0) if re >= e0 else rm) == (t if re >= e0 else t << (e0 - re)):
+        return "exact"
+    # A tie is a rounding boundary: just above and just below it round differently.
+    above = fp32_round(s, 4 * t + 1, e0 - 2)
+    below = fp32_round(s, 4 * t - 1, e0 - 2)
+    return "tie" if above != below else "inexact"
+
+
+# --------------------------------------------------------------------------- operands
+@dataclass(frozen=True, kw_only=True)
+class OperandSpec:
+    """How one operand's block arrives: FP4 E2M1 codes plus one 8-bit scale byte.
+
+    Parameters
+    ----------
+    name : str
+        Short name (``"nvfp4"``, ``"razer"``, ``"razer-act"``).
+    scale_format : FloatFormat
+        Block-scale format (E4M3 or E3M3).
+    scale_field_bits : int
+        Low bits of the byte that hold the scale code: the format's full width (its sign
+        bit is the scale's sign, NVFP4) or, for a signed format, one less (the code's
+        sign bit is metadata and the scale is positive, RaZeR-act).
+    specials : int
+        Special magnitudes the decoder can emit (offset registers): 0 (plain FP4),
+        1 (RaZeR-act: the byte's bit 7 is the special value's sign) or 2 (RaZeR weights:
+        bit ``scale_field_bits`` selects the register, bit 7 is the sign).
+    special_code : int
+        The FP4 code that stands for the special value (the project's ``razer``
+        convention: 0b0000; FIGURES.md's alternative: 0b1000).
+    """
+
+    name: str
+    scale_format: FloatFormat
+    scale_field_bits: int
+    specials: int = 0
+    special_code: int = SPECIAL_CODE
+
+    BYTE_BITS: ClassVar[int] = 8
+
+    def __post_init__(self):
+        f = self.scale_format
+        allowed = {f.bits} | ({f.bits - 1} if f.signed else set())
+        if self.scale_field_bits not in allowed:
+            raise ValueError(f"{self.name}: scale_field_bits must be {sorted(allowed)} for "
+                             f"{f.name}, got {self.scale_field_bits}")
+        if self.specials not in (0, 1, 2):
+            raise ValueError(f"{self.name}: specials must be 0, 1 or 2, got {self.specials}")
+        used = self.scale_field_bits + self.select_bits + (1 if self.specials else 0)
+        if used > self.BYTE_BITS:
+            raise ValueError(f"{self.name}: scale field and metadata need {used} bits, "
+                             f"more than the {self.BYTE_BITS}-bit scale byte")
+        if not 0 <= self.special_code < FP4_E2M1.code_count:
+            raise ValueError(f"{self.name}: special_code must be an FP4 code, got "
+                             f"{self.special_code}")
+
+    # geometry ----------------------------------------------------------------
+    @property
+    def select_bits(self) -> int:
+        """Metadata bits choosing the offset register (1 for two registers)."""
+        return max(0, math.ceil(math.log2(self.specials))) if self.specials else 0
+
+    @property
+    def select_bit(self) -> int:
+        """Bit of the scale byte that selects the register (where ``select_bits``)."""
+        return self.scale_field_bits
+
+    @property
+    def sign_bit(self) -> int:
+        """Bit of the scale byte holding the special value's sign (where ``specials``)."""
+        return self.BYTE_BITS - 1
+
+    @property
+    def scale_signed(self) -> bool:
+        """Whether the scale field carries the scale's own sign."""
+        return self.scale_format.signed and self.scale_field_bits == self.scale_format.bits
+
+    @property
+    def scale_frac(self) -> int:
+        """Fraction bits of the finest scale step (``man_bits - emin``)."""
+        return self.scale_format.man_bits - self.scale_format.emin
+
+    @property
+    def scale_sig_bits(self) -> int:
+        return self.scale_format.man_bits + 1
+
+    @property
+    def max_element(self) -> int:
+        """Largest decoded element magnitude in units of ``2**-ELEM_FRAC``."""
+        top = FP4_E2M1.max_value
+        if self.specials:  # 6 + the largest offset (+3.5)
+            top = max(razer_offset_value(c) for c in range(1 << OFFSET_BITS))
+        return int(top * (1 << ELEM_FRAC))
+
+    # decoding ----------------------------------------------------------------
+    def check_offsets(self, offsets: Sequence[int]) -> tuple[int, ...]:
+        offs = tuple(int(o) for o in offsets)
+        if len(offs) != self.specials:
+            raise ValueError(f"{self.name}: needs {self.specials} offset register value(s), "
+                             f"got {len(offs)}")
+        for o in offs:
+            if not 0 <= o < (1 << OFFSET_BITS):
+                raise ValueError(f"{self.name}: offset register codes are {OFFSET_BITS}-bit, "
+                                 f"got {o}")
+        return offs
+
+    def decode_elements(self, codes, scale_bytes, offsets: Sequence[int] = ()) -> np.ndarray:
+        """Decoded element values as int64 in units of ``2**-ELEM_FRAC`` (half units).
+
+        ``codes`` has the block along its last axis, ``scale_bytes`` one byte per block.
+        """
+        offs = self.check_offsets(offsets)
+        c = np.asarray(codes).astype(np.int64)
+        b = np.asarray(scale_bytes).astype(np.int64)[..., None]
+        val = np.rint(FP4_E2M1.values[c] * (1 << ELEM_FRAC)).astype(np.int64)
+        if self.specials:
+            mags = np.array([int(razer_offset_value(o) * (1 << ELEM_FRAC)) for o in offs])
+            sel = (b >> self.select_bit) & 1 if self.select_bits else np.zeros_like(b)
+            neg = (b >> self.sign_bit) & 1
+            sv = np.where(neg == 1, -mags[sel], mags[sel])
+            val = np.where(c == self.special_code, sv, val)
+        return val
+
+    def scale_terms(self, scale_bytes):
+        """Exact block scales: ``(neg, sig, exp, nan)`` int arrays with
+        ``scale = (-1)**neg * sig * 2**exp`` (metadata bits removed first)."""
+        f = self.scale_format
+        code = np.asarray(scale_bytes).astype(np.int64) & ((1 << self.scale_field_bits) - 1)
+        sign, e, m = f.fields(code)
+        neg = sign if self.scale_signed else np.zeros_like(code)
+        nan = np.isnan(f.values[code])
+        if f.subnormals:
+            sig = np.where(e == 0, m, m | (1 << f.man_bits))
+            exp = np.maximum(e, 1) - f.bias - f.man_bits
+        else:
+            sig = m | (1 << f.man_bits)
+            exp = e - f.bias - f.man_bits
+        return neg, sig, exp, nan
+
+    def scale_values(self, scale_bytes) -> np.ndarray:
+        """Block-scale values (float64) the datapath uses for these bytes."""
+        neg, sig, exp, nan = self.scale_terms(scale_bytes)
+        v = np.ldexp(sig.astype(np.float64), exp) * np.where(neg == 1, -1.0, 1.0)
+        return np.where(nan, np.nan, v)
+
+
+NVFP4_OPERAND = OperandSpec(name="nvfp4", scale_format=FP8_E4M3, scale_field_bits=8)
+NVFP4_E3M3_OPERAND = OperandSpec(name="nvfp4-e3m3", scale_format=E3M3, scale_field_bits=6)
+RAZER_WEIGHT = OperandSpec(name="razer", scale_format=E3M3, scale_field_bits=6, specials=2)
+RAZER_ACT = OperandSpec(name="razer-act", scale_format=FP8_E4M3, scale_field_bits=7,
+                        specials=1)
+#: Operand presets by name.
+OPERANDS = {o.name: o for o in (NVFP4_OPERAND, NVFP4_E3M3_OPERAND, RAZER_WEIGHT, RAZER_ACT)}
+#: Element decoders by name: how many special magnitudes (offset registers) each has.
+ELEMENT_DECODERS = {"fp4": 0, "razer-act": 1, "razer": 2}
+#: Block-scale formats by name.
+SCALE_FORMATS = {"e4m3": FP8_E4M3, "e3m3": E3M3}
+
+
+def make_operand(elements: str, scale: str) -> OperandSpec:
+    """The operand of an element decoder (``fp4``, ``razer``, ``razer-act``) and a scale
+    format (``e4m3``, ``e3m3``); the presets where one matches, else a new spec whose
+    metadata bits sit above the scale field (sign in bit 7).
+
+    >>> make_operand("razer", "e3m3") is RAZER_WEIGHT
+    True
+    """
+    if elements not in ELEMENT_DECODERS:
+        raise ValueError(f"unknown element decoder {elements!r}; choose "
+                         f"{', '.join(ELEMENT_DECODERS)}")
+    if scale not in SCALE_FORMATS:
+        raise ValueError(f"unknown scale format {scale!r}; choose {', '.join(SCALE_FORMATS)}")
+    fmt, specials = SCALE_FORMATS[scale], ELEMENT_DECODERS[elements]
+    field_bits = fmt.bits if not specials or not fmt.signed else fmt.bits - 1
+    for o in OPERANDS.values():
+        if (o.scale_format, o.specials, o.scale_field_bits) == (fmt, specials, field_bits):
+            return o
+    name = elements if elements != "fp4" else "nvfp4"
+    return OperandSpec(name=f"{name}-{scale}", scale_format=fmt, scale_field_bits=field_bits,
+                       specials=specials)
+
+
+def operand_for(fmt: BlockFormat) -> OperandSpec:
+    """The operand spec that consumes a golden format's codes and scale bytes as stored."""
+    if isinstance(fmt, RaZeR):
+        return RAZER_WEIGHT
+    if isinstance(fmt, RaZeRAct):
+        return RAZER_ACT
+    if isinstance(fmt, NVFP4):
+        return NVFP4_OPERAND
+    raise ValueError(f"no tensor-core operand for format {fmt.describe()}")
+
+
+def offsets_for(fmt: BlockFormat) -> tuple[int, ...]:
+    """Offset-register codes that make the decoder emit ``fmt``'s special magnitudes."""
+    if isinstance(fmt, RaZeR):
+        return tuple(razer_offset_code(v) for v in fmt.special_values)
+    if isinstance(fmt, RaZeRAct):
+        return (razer_offset_code(fmt.special_value),)
+    return ()
+
+
+# --------------------------------------------------------------------------- accumulators
+@dataclass(frozen=True)
+class FP32Accumulator:
+    """IEEE binary32 accumulator, one RNE rounding per block step (module docstring)."""
+
+    name: ClassVar[str] = "fp32"
+    width: ClassVar[int] = 32
+
+    def describe(self) -> str:
+        return "fp32"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixedAccumulator:
+    """Two's-complement fixed-point accumulator: ``1 + int_bits + frac_bits`` bits, exact
+    adds, wrap-around modulo ``2**width``, plus a sticky NaN flag per row."""
+
+    int_bits: int
+    frac_bits: int
+
+    name: ClassVar[str] = "fixed"
+
+    def __post_init__(self):
+        if self.int_bits < 1 or self.frac_bits < 0:
+            raise ValueError(f"fixed accumulator: int_bits must be >= 1 and frac_bits >= 0, "
+                             f"got {self.int_bits}, {self.frac_bits}")
+
+    @property
+    def width(self) -> int:
+        return 1 + self.int_bits + self.frac_bits
+
+    def describe(self) -> str:
+        return f"fixed(int_bits={self.int_bits}, frac_bits={self.frac_bits})"
+
+
+Accumulator = FP32Accumulator | FixedAccumulator
+
+
+def accumulator(name: str, *, int_bits: int | None = None, frac_bits: int | None = None,
+                guard_bits: int = 14, weight: OperandSpec | None = None,
+                act: OperandSpec | None = None, block_size: int = 16) -> Accumulator:
+    """Build an accumulator spec by name (``"fp32"`` or ``"fixed"``).
+
+    For ``fixed`` the widths default to the smallest exact format for NVFP4 *and* RaZeR
+    operands (so both cores get the same accumulator) plus ``guard_bits`` of headroom.
+    The defaults give 1 + 41 + 20 = 62 bits (**chosen**: 2**14 block steps, K = 262144
+    elements, cannot overflow; 62 bits is also the widest port the simulation harness
+    compares).
+    """
+    if name == "fp32":
+        if int_bits is not None or frac_bits is not None:
+            raise ValueError("fp32 accumulator takes no int_bits/frac_bits")
+        return FP32Accumulator()
+    if name != "fixed":
+        raise ValueError(f"unknown accumulator {name!r}; choose fp32 or fixed")
+    pairs = [(NVFP4_OPERAND, NVFP4_OPERAND), (RAZER_WEIGHT, RAZER_ACT)]
+    if weight is not None and act is not None:
+        pairs.append((weight, act))
+    need_frac = max(2 * ELEM_FRAC + w.scale_frac + a.scale_frac for w, a in pairs)
+    need_int = max(_product_int_bits(w, a, block_size) for w, a in pairs)
+    return FixedAccumulator(int_bits=need_int + guard_bits if int_bits is None else int_bits,
+                            frac_bits=need_frac if frac_bits is None else frac_bits)
+
+
+def _product_int_bits(w: OperandSpec, a: OperandSpec, block_size: int) -> int:
+    """Integer bits of the largest |P| (bit length of its integer part)."""
+    top = block_size * w.max_element * a.max_element / (1 << 2 * ELEM_FRAC)
+    top *= w.scale_format.max_value * a.scale_format.max_value
+    return int(math.floor(top)).bit_length()
+
+
+# --------------------------------------------------------------------------- datapath
+@dataclass(frozen=True)
+class BlockProducts:
+    """Exact per-row block products ``P = (-1)**neg * mag * 2**exp`` (NaN where ``nan``),
+    and the exact dot products (units of ``2**-2*ELEM_FRAC``) they came from."""
+
+    neg: np.ndarray
+    mag: np.ndarray
+    exp: np.ndarray
+    nan: np.ndarray
+    dot: np.ndarray
+
+    def values(self) -> np.ndarray:
+        """float64 values (exact: at most 24 significant bits for the presets)."""
+        v = np.ldexp(self.mag.astype(np.float64), self.exp)
+        return np.where(self.nan, np.nan, np.where(self.neg == 1, -v, v))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorCoreSpec:
+    """What a tensor core computes (features; the RTL adds how: pipeline, ports).
+
+    Parameters
+    ----------
+    rows : int
+        Output rows (weight blocks per step), the array height.
+    cols : int
+        Elements per row per cycle, the array width; must divide ``block_size`` (a block
+        then takes ``block_size // cols`` cycles). The golden model works per block.
+    block_size : int
+        Elements per block (16 for NVFP4 and RaZeR).
+    weight, act : OperandSpec
+        Operand formats.
+    acc : FP32Accumulator | FixedAccumulator
+        Accumulation format.
+    """
+
+    rows: int = 16
+    cols: int = 16
+    block_size: int = 16
+    weight: OperandSpec = NVFP4_OPERAND
+    act: OperandSpec = NVFP4_OPERAND
+    acc: Accumulator = field(default_factory=FP32Accumulator)
+
+    def __post_init__(self):
+        for n in ("rows", "cols", "block_size"):
+            v = getattr(self, n)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+        if self.block_size % self.cols:
+            raise ValueError(f"cols ({self.cols}) must divide block_size ({self.block_size}): "
+                             "a block is streamed over block_size/cols cycles")
+        if isinstance(self.acc, FP32Accumulator):
+            bits, lo, hi = self.product_bits, self.product_min_exp, self.product_max_exp
+            if bits > _F32_MAN + 1 or lo < _F32_EMIN_LSB or hi > _F32_BIAS:
+                raise ValueError(
+                    f"fp32 accumulation needs every block product exact in FP32, but products "
+                    f"have up to {bits} significant bits (FP32: 24) and exponents in [{lo}, "
+                    f"{hi}]; use a smaller block_size or the fixed accumulator")
+        elif isinstance(self.acc, FixedAccumulator):
+            if self.acc.frac_bits < self.product_frac:
+                raise ValueError(f"fixed accumulator needs frac_bits >= {self.product_frac} "
+                                 f"to hold every product exactly, got {self.acc.frac_bits}")
+            if self.acc.int_bits < self.product_int_bits:
+                raise ValueError(f"fixed accumulator needs int_bits >= {self.product_int_bits} "
+                                 f"to hold one block product, got {self.acc.int_bits}")
+        else:
+            raise TypeError(f"acc must be an FP32Accumulator or FixedAccumulator, "
+                            f"got {self.acc!r}")
+
+    # widths, derived from the specs --------------------------------------------
+    @property
+    def beats(self) -> int:
+        """Cycles per block."""
+        return self.block_size // self.cols
+
+    @property
+    def dot_max(self) -> int:
+        """Largest |dot| in units of ``2**-2*ELEM_FRAC``."""
+        return self.block_size * self.weight.max_element * self.act.max_element
+
+    @property
+    def product_bits(self) -> int:
+        """Significant bits of the largest product magnitude ``|dot| * sig_a * sig_w``."""
+        smax = lambda o: (1 << o.scale_sig_bits) - 1  # noqa: E731
+        return (self.dot_max * smax(self.weight) * smax(self.act)).bit_length()
+
+    @property
+    def product_frac(self) -> int:
+        """Fraction bits of the finest product step."""
+        return 2 * ELEM_FRAC + self.weight.scale_frac + self.act.scale_frac
+
+    @property
+    def product_min_exp(self) -> int:
+        """Exponent of the finest product step."""
+        return -self.product_frac
+
+    @property
+    def product_max_exp(self) -> int:
+        """Exponent of the top bit of the largest product (value < 2**(this+1))."""
+        return _product_int_bits(self.weight, self.act, self.block_size) - 1
+
+    @property
+    def product_int_bits(self) -> int:
+        return _product_int_bits(self.weight, self.act, self.block_size)
+
+    def describe(self) -> str:
+        return (f"tc(rows={self.rows}, cols={self.cols}, block_size={self.block_size}, "
+                f"weight={self.weight.name}, act={self.act.name}, acc={self.acc.describe()})")
+
+    # per block ---------------------------------------------------------------
+    def products(self, act_codes, act_byte, w_codes, w_bytes, *, w_offsets=(), a_offsets=()):
+        """Exact block products of one step.
+
+        ``act_codes`` (block_size,), ``act_byte`` scalar, ``w_codes`` (R, block_size),
+        ``w_bytes`` (R,) for any number of rows R.
+        """
+        ac = np.asarray(act_codes)
+        wc = np.asarray(w_codes)
+        if ac.shape != (self.block_size,) or wc.ndim != 2 or wc.shape[1] != self.block_size:
+            raise ValueError(f"expected act codes ({self.block_size},) and weight codes "
+                             f"(R, {self.block_size}), got {ac.shape} and {wc.shape}")
+        a = self.act.decode_elements(ac, act_byte, a_offsets)
+        w = self.weight.decode_elements(wc, np.asarray(w_bytes), w_offsets)
+        dot = (w * a[None, :]).sum(axis=1)
+        na, sa, ea, nana = self.act.scale_terms(act_byte)
+        nw, sw, ew, nanw = self.weight.scale_terms(w_bytes)
+        neg = ((dot < 0).astype(np.int64) ^ na ^ nw)
+        mag = np.abs(dot) * sa * sw
+        neg = np.where(mag == 0, 0, neg)
+        exp = ea + ew - 2 * ELEM_FRAC + np.zeros_like(dot)
+        nan = np.broadcast_to(nana | nanw, dot.shape).copy()
+        return BlockProducts(neg=neg, mag=mag, exp=exp, nan=nan, dot=dot)
+
+    def initial(self, rows: int) -> dict[str, np.ndarray]:
+        """Accumulator state after reset: +0 everywhere (``acc`` bit patterns, ``nan``)."""
+        return {"acc": np.zeros(rows, dtype=object), "nan": np.zeros(rows, dtype=bool)}
+
+    def accumulate(self, state, p: BlockProducts, *, clear: bool = False):
+        """New accumulator state after adding one step's products (``clear``: from 0)."""
+        acc = state["acc"].copy()
+        nan = state["nan"].copy()
+        for r in range(len(acc)):
+            cur = 0 if clear else int(acc[r])
+            pn, pm, pe, pnan = int(p.neg[r]), int(p.mag[r]), int(p.exp[r]), bool(p.nan[r])
+            if isinstance(self.acc, FP32Accumulator):
+                acc[r] = fp32_add(cur, pn, pm, pe, nan=pnan)
+            else:
+                f = self.acc
+                width = f.width
+                nan[r] = pnan or (False if clear else bool(nan[r]))
+                add = 0 if pnan else (pm << (pe + f.frac_bits))
+                if pn:
+                    add = -add
+                acc[r] = (cur + add) & ((1 << width) - 1)
+        return {"acc": acc, "nan": nan}
+
+    def step(self, state, act_codes, act_byte, w_codes, w_bytes, *, clear=False,
+             w_offsets=(), a_offsets=()):
+        """One block step: products then accumulate."""
+        p = self.products(act_codes, act_byte, w_codes, w_bytes,
+                          w_offsets=w_offsets, a_offsets=a_offsets)
+        return self.accumulate(state, p, clear=clear)
+
+    def acc_values(self, state) -> np.ndarray:
+        """Accumulator values as float64 (FP32 exactly; fixed rounded to float64)."""
+        out = np.empty(len(state["acc"]), dtype=np.float64)
+        for r, bits in enumerate(state["acc"]):
+            bits = int(bits)
+            if isinstance(self.acc, FP32Accumulator):
+                out[r] = np.array(bits, dtype=np.uint32).view(np.float32)
+            else:
+                w = self.acc.width
+                v = bits - (1 << w) if bits >> (w - 1) else bits
+                out[r] = np.nan if state["nan"][r] else math.ldexp(v, -self.acc.frac_bits)
+        return out
+
+    # whole products --------------------------------------------------------------
+    def gemv(self, qw: Quantized, qx: Quantized, *, w_offsets=None, a_offsets=None):
+        """Accumulators of ``W @ x`` for quantized ``W`` (N, K) and ``x`` (K,): each row
+        accumulates its K/block_size block products in order, starting from a clear.
+
+        Offsets default to the golden formats' special values (:func:`offsets_for`).
+        Returns the final state (``acc`` bit patterns per row, ``nan``).
+        """
+        self._check_operands(qw, qx)
+        wo = offsets_for(qw.format) if w_offsets is None else tuple(w_offsets)
+        ao = offsets_for(qx.format) if a_offsets is None else tuple(a_offsets)
+        n = qw.codes.shape[0]
+        state = self.initial(n)
+        for kb in range(qx.codes.shape[0]):
+            state = self.step(state, qx.codes[kb], qx.scales[kb], qw.codes[:, kb],
+                              qw.scales[:, kb], clear=kb == 0, w_offsets=wo, a_offsets=ao)
+        return state
+
+    def _check_operands(self, qw: Quantized, qx: Quantized) -> None:
+        if operand_for(qw.format) != self.weight or operand_for(qx.format) != self.act:
+            raise ValueError(f"{self.describe()} consumes weight {self.weight.name} and "
+                             f"activation {self.act.name}; got {qw.format.describe()} and "
+                             f"{qx.format.describe()}")
+        for q, what in ((qw, "weights"), (qx, "activations")):
+            if q.format.block_size != self.block_size:
+                raise ValueError(f"{what} use block size {q.format.block_size}, "
+                                 f"the core {self.block_size}")
+        if len(qw.shape) != 2 or len(qx.shape) != 1 or qw.shape[1] != qx.shape[0]:
+            raise ValueError(f"gemv needs W (N, K) and x (K,), got {qw.shape} and {qx.shape}")
+
+
+def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
+                     weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
+                     act_scale: str = "e4m3", acc: str = "fp32", acc_int_bits: int | None = None,
+                     acc_frac_bits: int | None = None, acc_guard_bits: int = 14,
+                     **implementation) -> TensorCoreSpec:
+    """The spec of a tensor core from its design parameters (the names ``mactile generate``
+    and the YAML configs use); the implementation-only ones (``pipeline``, the offset
+    registers' reset values ``w_specials``/``a_specials``) do not change what it computes."""
+    unknown = set(implementation) - {"pipeline", "w_specials", "a_specials"}
+    if unknown:
+        raise ValueError(f"unknown tensor-core parameter(s) {sorted(unknown)}")
+    w_op = make_operand(weight, weight_scale)
+    a_op = make_operand(act, act_scale)
+    if acc == "fp32":
+        if acc_int_bits is not None or acc_frac_bits is not None:
+            raise ValueError("acc_int_bits/acc_frac_bits apply to acc='fixed' only")
+        acc_spec: Accumulator = FP32Accumulator()
+    else:
+        acc_spec = accumulator(acc, int_bits=acc_int_bits, frac_bits=acc_frac_bits,
+                               guard_bits=acc_guard_bits, weight=w_op, act=a_op,
+                               block_size=block_size)
+    return TensorCoreSpec(rows=rows, cols=cols, block_size=block_size, weight=w_op, act=a_op,
+                          acc=acc_spec)
+
+
+def epilogue(acc_bits, w_tensor_scale, a_tensor_scale) -> np.ndarray:
+    """Apply the two FP32 tensor scales outside the core (named choice):
+    ``y = RNE32(RNE32(D32_w * D32_a) * acc)`` for FP32 accumulator bit patterns."""
+    acc = np.asarray([int(b) for b in np.ravel(acc_bits)], dtype=np.uint32).view(np.float32)
+    d = np.float32(w_tensor_scale) * np.float32(a_tensor_scale)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (acc * d).astype(np.float32)
