@@ -33,6 +33,10 @@ class Design:
         Paper, section and table the design reproduces.
     group : str
         Which table of a paper it belongs to (used to group reports and plots).
+    bench : str
+        ``"module:callable"`` building the design's :class:`mactile.sim.Bench` (stimulus,
+        golden expectations, decoding) from its parameters; empty where the design is
+        not simulated. ``mactile sim`` and the pytest suites use it.
     """
 
     name: str
@@ -41,22 +45,47 @@ class Design:
     params: dict[str, Any] = field(default_factory=dict)
     reference: str = ""
     group: str = ""
+    bench: str = ""
 
     def load_builder(self) -> Callable[..., Any]:
         module, _, attr = self.builder.partition(":")
         return getattr(importlib.import_module(module), attr)
 
-    def build(self, **overrides):
-        """Build the Amaranth component with the default parameters plus ``overrides``."""
+    def load_bench(self) -> Callable[..., Any]:
+        if not self.bench:
+            raise ValueError(f"{self.name}: no testbench registered (Design.bench is empty)")
+        module, _, attr = self.bench.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def resolve(self, **overrides) -> dict[str, Any]:
+        """Default parameters plus ``overrides``, with unknown names rejected."""
         unknown = set(overrides) - set(self.params)
         if unknown:
             raise ValueError(f"{self.name}: unknown parameter(s) {sorted(unknown)}; "
                              f"known: {sorted(self.params)}")
-        return self.load_builder()(**{**self.params, **overrides})
+        return {**self.params, **overrides}
+
+    def build(self, **overrides):
+        """Build the Amaranth component with the default parameters plus ``overrides``."""
+        return self.load_builder()(**self.resolve(**overrides))
 
 
 #: Every design by name. Each RTL module adds its rows here.
 DESIGNS: dict[str, Design] = {}
+
+
+# ---- BlockDialect Table 5 MAC units (parameters from rtl/mac/presets.yaml) ----
+def _mac(name: str) -> Design:
+    from mactile.rtl.mac.presets import mac_presets
+    p = mac_presets()[name]
+    return Design(name, p["summary"], builder="mactile.rtl.mac.unit:build_mac",
+                  params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']})",
+                  group="blockdialect-table5", bench="mactile.sim.benches.mac:MacBench")
+
+
+for _name in ("mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "mac-fp6-e3m2",
+              "mac-dialectfp4", "mac-dialectfp4-int4"):
+    DESIGNS[_name] = _mac(_name)
 
 
 def get_design(name: str) -> Design:

@@ -1,0 +1,186 @@
+"""One parametric MAC component for every row of BlockDialect Table 5.
+
+Every width and table comes from :class:`mactile.golden.mac.MacDatapath`; the stages are
+the golden model's (unpack -> multiply -> accumulate -> block end), so a mismatch can be
+traced to one of them.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mactile.golden.dialect import FORMATBOOK, SE_BIAS
+from mactile.golden.mac import (DIALECT_CODE_BITS, DIALECT_ID_BITS, SE_FIELD_BITS,
+                                DialectMultiplier, MacDatapath, MacKind)
+
+__all__ = ["MacUnit", "build_mac"]
+
+
+class MacUnit(wiring.Component):
+    """Iterative multiply-accumulate unit.
+
+    Each cycle: ``acc <= (clear ? 0 : acc) + (valid ? a * w : 0)``, the product exact in
+    units of ``2**datapath.product_lsb_exp`` and the accumulator ``datapath.acc_bits`` wide,
+    so ``terms`` worst-case products cannot overflow it.
+
+    Parameters
+    ----------
+    a_format, w_format, terms, multiplier
+        Features, as :class:`mactile.golden.mac.MacDatapath`.
+    product_register : bool
+        Implementation: register the product (and the controls) before the adder; the
+        latency becomes 2.
+
+    Ports
+    -----
+    a, w : In(code bits)
+        Operand codes (DialectFP4: ``sign << 3 | index``).
+    valid, clear : In(1)
+        Add this cycle's product; start a new sum (``clear`` without ``valid`` zeroes it).
+    a_dialect, w_dialect : In(4); a_se, w_se : In(5)
+        DialectFP4 only: the blocks' dialect ids and stored shared-exponent fields.
+    acc : Out(signed(acc_bits))
+        The running sum, ``latency`` cycles after the inputs.
+    exp : Out(signed(exp_bits))
+        DialectFP4 only: block-end exponent of the last valid term, convention ``acc-exp``:
+        the block's partial sum is ``acc * 2**exp``.
+    """
+
+    def __init__(self, *, a_format: str, w_format: str, terms: int = 64,
+                 multiplier: str = "uint4", product_register: bool = False):
+        if not isinstance(product_register, bool):
+            raise TypeError(f"product_register must be a bool, got {product_register!r}")
+        self.datapath = dp = MacDatapath(a_format=a_format, w_format=w_format, terms=terms,
+                                         multiplier=multiplier)
+        self.product_register = product_register
+        members = {
+            "a": In(dp.code_bits("a")),
+            "w": In(dp.code_bits("w")),
+            "valid": In(1),
+            "clear": In(1),
+        }
+        if dp.kind is MacKind.DIALECT:
+            members.update(a_dialect=In(DIALECT_ID_BITS), w_dialect=In(DIALECT_ID_BITS),
+                           a_se=In(SE_FIELD_BITS), w_se=In(SE_FIELD_BITS))
+        members["acc"] = Out(signed(dp.acc_bits))
+        if dp.kind is MacKind.DIALECT:
+            members["exp"] = Out(signed(dp.exp_bits))
+        super().__init__(members)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input to the ``acc`` that includes it."""
+        return 1 + int(self.product_register)
+
+    @property
+    def module_name(self) -> str:
+        """Verilog module name; carries the parameters (``mac_fp4_e2m1_t64_l1``)."""
+        dp = self.datapath
+        fmt = dp.a_format if dp.a_format == dp.w_format else f"{dp.a_format}_{dp.w_format}"
+        mult = f"_{dp.multiplier.value}" if dp.kind is MacKind.DIALECT else ""
+        return f"mac_{fmt}{mult}_t{dp.terms}_l{self.latency}"
+
+    # ------------------------------------------------------------------ stages
+    def _unpack_float(self, m, code, spec, side):
+        """sign, significand with hidden bit, shift = max(E, 1) - 1."""
+        man = code[:spec.man_bits]
+        e = code[spec.man_bits:spec.man_bits + spec.exp_bits]
+        sig = Signal(spec.man_bits + 1, name=f"{side}_sig")
+        shift = Signal(spec.exp_bits, name=f"{side}_shift")
+        m.d.comb += [
+            sig.eq(Cat(man, e.any())),
+            shift.eq(Mux(e.any(), (e - 1)[:spec.exp_bits], 0)),
+        ]
+        return code[-1], sig, shift
+
+    def _dialect_q(self, m, code, dialect, side):
+        """The 4-bit unsigned q of the formatbook (value 0.5 * q) for a code's index."""
+        table = Array(Const(int(q), 4) for q in FORMATBOOK.reshape(-1))
+        q = Signal(4, name=f"{side}_q")
+        m.d.comb += q.eq(table[Cat(code[:DIALECT_CODE_BITS - 1], dialect)])
+        return code[DIALECT_CODE_BITS - 1], q
+
+    def _multiply(self, m, product):
+        dp = self.datapath
+        if dp.kind is MacKind.INT:
+            m.d.comb += product.eq(self.a.as_signed() * self.w.as_signed())
+        elif dp.kind is MacKind.FLOAT:
+            sa, siga, sha = self._unpack_float(m, self.a, dp.a_spec, "a")
+            sw, sigw, shw = self._unpack_float(m, self.w, dp.w_spec, "w")
+            mag = Signal(dp.product_bits - 1)
+            m.d.comb += [
+                mag.eq((siga * sigw) << (sha + shw)),
+                product.eq(Mux(sa ^ sw, -mag, mag)),
+            ]
+        elif dp.multiplier is DialectMultiplier.UINT4:
+            sa, qa = self._dialect_q(m, self.a, self.a_dialect, "a")
+            sw, qw = self._dialect_q(m, self.w, self.w_dialect, "w")
+            mag = Signal(8)
+            m.d.comb += [
+                mag.eq(qa * qw),                      # the 4b x 4b unsigned multiplier
+                product.eq(Mux(sa ^ sw, -mag, mag)),  # sign by XOR
+            ]
+        else:
+            self._multiply_int4(m, product)
+
+    def _multiply_int4(self, m, product):
+        """Ours-INT4: operand = 2x + r, x = ±(q >> 1) on the INT4 multiplier, r = ±(q & 1)
+        handled by gating and shifts (golden: ``MacDatapath.int4_split_product``)."""
+        parts = {}
+        for side, code, dialect in (("a", self.a, self.a_dialect), ("w", self.w, self.w_dialect)):
+            s, q = self._dialect_q(m, code, dialect, side)
+            x = Signal(signed(4), name=f"{side}_x")
+            r = Signal(1, name=f"{side}_r")
+            m.d.comb += [x.eq(Mux(s, -q[1:], q[1:])), r.eq(q[0])]
+            parts[side] = (s, x, r)
+        (sa, xa, ra), (sw, xw, rw) = parts["a"], parts["w"]
+        int4 = Signal(signed(8))
+        residual = Signal(signed(6))
+        lsb = Signal(signed(2))
+        m.d.comb += [
+            int4.eq(xa * xw),  # the stock signed INT4 multiplier
+            # x_a * r_w + r_a * x_w with r = ±1 or 0: gate and negate, no multiplier.
+            residual.eq(Mux(rw, Mux(sw, -xa, xa), 0) + Mux(ra, Mux(sa, -xw, xw), 0)),
+            lsb.eq(Mux(ra & rw, Mux(sa ^ sw, -1, 1), 0)),
+            product.eq((int4 << 2) + (residual << 1) + lsb),
+        ]
+
+    def elaborate(self, platform):
+        m = Module()
+        dp = self.datapath
+        product = Signal(signed(dp.product_bits))
+        self._multiply(m, product)
+
+        exp_next = None
+        if dp.kind is MacKind.DIALECT:
+            exp_next = Signal(signed(dp.exp_bits))
+            ea = Mux(self.a_se.any(), self.a_se, 1)  # max(E, 1)
+            ew = Mux(self.w_se.any(), self.w_se, 1)
+            m.d.comb += exp_next.eq(ea + ew - (2 * SE_BIAS - dp.product_lsb_exp))
+
+        # Optional pipeline register between multiplier and adder.
+        if self.product_register:
+            p, v, c = Signal.like(product, name="product_q"), Signal(name="valid_q"), Signal(name="clear_q")
+            m.d.sync += [p.eq(product), v.eq(self.valid), c.eq(self.clear)]
+            if exp_next is not None:
+                e = Signal.like(exp_next, name="exp_q")
+                m.d.sync += e.eq(exp_next)
+                exp_next = e
+        else:
+            p, v, c = product, self.valid, self.clear
+
+        # Sign-extend the gated product to the accumulator width, then add; the sum wraps
+        # at acc_bits, which a stream of at most `terms` products never reaches.
+        addend = Signal(signed(dp.acc_bits))
+        m.d.comb += addend.eq(Mux(v, p, 0))
+        m.d.sync += self.acc.eq(Mux(c, 0, self.acc) + addend)
+        if exp_next is not None:
+            with m.If(v):
+                m.d.sync += self.exp.eq(exp_next)
+        return m
+
+
+def build_mac(**params) -> MacUnit:
+    """Registry builder: a :class:`MacUnit` from preset/YAML parameters."""
+    return MacUnit(**params)

@@ -1,0 +1,1 @@
+"""Testbenches (:class:`mactile.sim.Bench` subclasses) of the registered designs."""

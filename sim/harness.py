@@ -1,0 +1,436 @@
+"""``run()``: verify one design against its golden model in a simulator.
+
+Flow: design parameters -> Amaranth component -> Verilog + burst wrapper -> one build per
+(design, parameters, lanes, depth, simulator, trace) in a cached build folder -> the
+bench's vectors packed into ``stim`` words of ``depth`` cycles -> cocotb replays them
+(:mod:`mactile.sim._replay`) -> responses unpacked, shifted by the component's
+``latency`` and compared exactly (:class:`mactile.sim.bench.Scoreboard`) ->
+:class:`SimResult`.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .bench import Mismatch, Scoreboard, Vectors
+from .hdl import PUBLIC_PORTS_VLT, WRAPPER_TOP, Layout, burst_wrapper, generate
+from .simulators import Simulator, require
+
+__all__ = ["run", "SimResult", "default_build_root", "WAVE_FORMATS", "ACTIVITY_FORMATS",
+           "DEFAULT_LANES", "DEFAULT_DEPTH"]
+
+#: Waveform formats per simulator.
+WAVE_FORMATS = {"verilator": ("vcd", "fst"), "icarus": ("vcd", "fst")}
+#: Activity (switching) dump formats per simulator, for the power flow.
+ACTIVITY_FORMATS = {"verilator": ("saif", "vcd"), "icarus": ("vcd",)}
+#: Design instances side by side (vectors per clock).
+DEFAULT_LANES = 16
+#: Clock cycles per burst (vectors per lane moved by one write/read/timer).
+DEFAULT_DEPTH = 256
+BUILD_ENV = "MACTILE_SIM_BUILD"
+
+
+def default_build_root() -> Path:
+    """``$MACTILE_SIM_BUILD``, else ``./sim_build``."""
+    return Path(os.environ.get(BUILD_ENV) or "sim_build").absolute()
+
+
+@dataclass
+class SimResult:
+    """What one verification run found and how fast it was."""
+
+    design: str
+    params: dict
+    sim: str
+    sim_version: str
+    suite: str
+    seed: int
+    lanes: int
+    depth: int
+    latency: int
+    vectors: int            # checked vectors
+    mismatched: int         # vectors with at least one differing output
+    mismatches: list[Mismatch]  # the first ones, decoded (``text``)
+    timings: dict           # seconds: build, stimulus, pack, loop, check, process, total
+    build_cached: bool
+    test_dir: Path
+    build_dir: Path
+    waves: Path | None = None
+    activity: Path | None = None
+    input_activity: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatched == 0 and self.vectors > 0
+
+    @property
+    def checked_seconds(self) -> float:
+        """Time spent per vector: stimulus + golden model, packing, the simulation loop and
+        the check (not the build, nor the simulator's start-up)."""
+        t = self.timings
+        return t["stimulus"] + t["pack"] + t["loop"] + t["check"]
+
+    @property
+    def vectors_per_s(self) -> float:
+        return self.vectors / self.checked_seconds if self.checked_seconds > 0 else float("inf")
+
+    def summary(self) -> str:
+        t = self.timings
+        lines = [
+            f"{self.design} on {self.sim} {self.sim_version}: suite {self.suite}, seed {self.seed}, "
+            f"{self.lanes} lane(s) x {self.depth}-cycle bursts, latency {self.latency}",
+            f"  vectors checked: {self.vectors:,}",
+            f"  mismatches:      {self.mismatched:,}",
+        ]
+        if self.mismatches:
+            lines.append(f"  first failing vector: {self.mismatches[0].text}")
+            for m in self.mismatches[1:]:
+                lines.append(f"  also: {m.text}")
+        lines.append(f"  vectors/s:       {self.vectors_per_s:,.0f} "
+                     f"(stimulus+golden {t['stimulus']:.3f} s, pack {t['pack']:.3f} s, "
+                     f"simulation loop {t['loop']:.3f} s, check {t['check']:.3f} s)")
+        lines.append(f"  build {t['build']:.1f} s{' (cached)' if self.build_cached else ''}, "
+                     f"simulator process {t['process']:.1f} s, total {t['total']:.1f} s")
+        lines.append(f"  test folder: {self.test_dir}")
+        if self.waves:
+            lines.append(f"  waveform: {self.waves}")
+        if self.activity:
+            lines.append(f"  activity: {self.activity}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "design": self.design, "params": self.params, "sim": self.sim,
+            "sim_version": self.sim_version, "suite": self.suite, "seed": self.seed,
+            "lanes": self.lanes, "depth": self.depth, "latency": self.latency, "vectors": self.vectors,
+            "mismatched": self.mismatched, "vectors_per_s": self.vectors_per_s,
+            "mismatches": [m.__dict__ for m in self.mismatches], "timings": self.timings,
+            "build_cached": self.build_cached, "waves": str(self.waves) if self.waves else None,
+            "activity": str(self.activity) if self.activity else None,
+            "input_activity": self.input_activity, "notes": self.notes,
+        }
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _tool_path(simulator: Simulator):
+    """Put the simulator's folder first on PATH (cocotb's runner looks tools up there)."""
+    old = os.environ.get("PATH", "")
+    if simulator.path and simulator.path not in old.split(os.pathsep):
+        os.environ["PATH"] = simulator.path + os.pathsep + old
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
+
+
+def _trace_plan(sim: str, waves: str | None, activity: str | None) -> str | None:
+    for what, fmt, table in (("waves", waves, WAVE_FORMATS), ("activity", activity, ACTIVITY_FORMATS)):
+        if fmt is not None and fmt not in table[sim]:
+            raise ValueError(f"{what}={fmt!r} is not available on {sim}; "
+                             f"choose one of {', '.join(table[sim])}")
+    if waves and activity and waves != activity:
+        raise ValueError("one trace per run: ask for waves or activity, not both "
+                         f"(got waves={waves!r}, activity={activity!r})")
+    return waves or activity
+
+
+# Verilator's runtime objects (verilated*.o) are the same for every design built with one
+# Verilator, trace mode and compiler, and take most of a build's time (about 30 s of
+# CPU): keep one copy and seed each new build folder with it, so make skips them.
+_RUNTIME_GLOB = "verilated*.[od]"
+
+
+def _runtime_cache(build_root: Path, sim: Simulator, trace: str | None) -> Path:
+    cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
+                         text=True).stdout.splitlines()[:1]
+    key = hashlib.sha256(f"{sim.version}|{trace}|{cxx}|{sim.path}".encode()).hexdigest()[:10]
+    return build_root / ".verilator-runtime" / key
+
+
+def _restore_runtime(cache: Path, build_dir: Path) -> None:
+    with _locked(cache.with_name(cache.name + ".lock")):
+        if (cache / ".complete").exists():
+            for f in cache.glob(_RUNTIME_GLOB):
+                shutil.copy(f, build_dir / f.name)  # fresh mtime
+
+
+def _save_runtime(cache: Path, build_dir: Path) -> None:
+    with _locked(cache.with_name(cache.name + ".lock")):
+        if (cache / ".complete").exists():
+            return
+        cache.mkdir(parents=True, exist_ok=True)
+        for f in build_dir.glob(_RUNTIME_GLOB):
+            shutil.copy2(f, cache / f.name)
+        (cache / ".complete").write_text("")
+
+
+#: Verilator options besides cocotb's: Amaranth's Verilog trips width lints (linting is
+#: `mactile generate`'s job), and --output-split 0 keeps one C++ file, because the wheel's
+#: make rules for split output use precompiled headers with an empty include flag and fail.
+VERILATOR_FLAGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "--output-split", "0")
+
+
+def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root: Path,
+                     log: Path) -> None:
+    """verilator, then make: the commands of cocotb's Verilator runner, with Verilator's
+    runtime objects seeded from the cache between the two steps."""
+    import cocotb_tools.config as cc
+
+    public = build_dir / "public.vlt"
+    public.write_text(PUBLIC_PORTS_VLT)
+    cmd = [str(Path(sim.path) / "verilator"), "-cc", "--exe", "-Mdir", str(build_dir),
+           "--top-module", WRAPPER_TOP, "--vpi", "--prefix", "Vtop",
+           "-o", WRAPPER_TOP, "-LDFLAGS",
+           f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator",
+           "--timescale", "1ns/1ps", *VERILATOR_FLAGS]
+    if trace:
+        cmd.append(f"--trace-{trace}")
+    cmd += [str(public), str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"),
+            *map(str, sources)]
+    make = ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f",
+            "Vtop.mk", f"VM_TRACE={int(bool(trace))}"]
+    env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
+    env["PATH"] = sim.path + os.pathsep + env.get("PATH", "")
+    runtime = _runtime_cache(build_root, sim, trace)
+    with open(log, "w") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
+        _restore_runtime(runtime, build_dir)  # newer than Vtop.mk, so make keeps them
+        f.flush()
+        subprocess.run(make, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
+    _save_runtime(runtime, build_dir)
+
+
+def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
+           build_root: Path, design_name: str) -> tuple[Path, Layout, bool, float]:
+    from cocotb_tools.runner import get_runner
+
+    gen = generate(component)
+    wrapper = burst_wrapper(gen, lanes=lanes, depth=depth)
+    layout = Layout(tuple(gen.ports), lanes, depth)
+    # The folder name carries a hash of everything the build depends on.
+    key = hashlib.sha256("\0".join([gen.verilog, wrapper, sim.name, sim.version, str(trace),
+                                    " ".join(VERILATOR_FLAGS), PUBLIC_PORTS_VLT, sys.version]).encode()).hexdigest()[:10]
+    build_dir = build_root / design_name / f"{sim.name}-{gen.module}-L{lanes}x{depth}" \
+        f"{'-' + trace if trace else ''}-{key}"
+    stamp = build_dir / ".mactile-built"
+    t0 = time.perf_counter()
+    with _locked(build_dir.with_name(build_dir.name + ".lock")):
+        if stamp.exists():
+            return build_dir, layout, True, 0.0
+        if build_dir.exists():
+            shutil.rmtree(build_dir)
+        src = build_dir / "src"
+        dut_v, _ = gen.write(src)
+        (src / f"{WRAPPER_TOP}.v").write_text(wrapper)
+        sources = [dut_v, src / f"{WRAPPER_TOP}.v"]
+        log = build_dir / "build.log"
+        try:
+            if sim.name == "verilator":
+                _build_verilator(sim, sources, build_dir, trace, build_root, log)
+            else:
+                runner = get_runner(sim.name)
+                with _tool_path(sim):
+                    runner.build(sources=sources, hdl_toplevel=WRAPPER_TOP, build_dir=build_dir,
+                                 defines={"MACTILE_DUMP": 1} if trace else {},
+                                 timescale=("1ns", "1ps"), always=True, log_file=log)
+        except (RuntimeError, SystemExit, subprocess.CalledProcessError) as e:
+            tail = log.read_text()[-3000:] if log.exists() else ""
+            raise RuntimeError(f"{sim.name} build of {gen.module} failed ({e}); "
+                               f"log {log}:\n{tail}") from None
+        stamp.write_text(key)
+    return build_dir, layout, False, time.perf_counter() - t0
+
+
+def _input_activity(vectors: Vectors, layout: Layout) -> dict:
+    """Toggle rate of every input port bit of lane 0 over its checked cycles, averaged per
+    port, in transitions per clock (OpenSTA's ``-activity``), and the duty (fraction of
+    clocks at 1). The power flow sets input activity from this where no SAIF reader
+    exists."""
+    out = {}
+    for p in layout.inputs:
+        v = vectors.inputs.get(p.name)
+        if v is None or vectors.cycles < 2:
+            continue
+        col = np.asarray(v[:, 0], dtype=np.int64) & ((1 << p.width) - 1)
+        bits = (col[:, None] >> np.arange(p.width)) & 1
+        toggles = np.abs(np.diff(bits, axis=0)).mean()
+        out[p.name] = {"activity": float(toggles), "duty": float(bits.mean())}
+    return out
+
+
+def run(design, *, suite: str | None = None, vectors: int | None = None, seed: int = 0,
+        sim: str = "verilator", lanes: int = DEFAULT_LANES, depth: int = DEFAULT_DEPTH,
+        params: dict | None = None,
+        component=None, waves: str | None = None, activity: str | None = None,
+        build_root: os.PathLike | None = None, test_dir: os.PathLike | None = None,
+        max_report: int = 5) -> SimResult:
+    """Verify ``design`` in a simulator against its golden model.
+
+    Parameters
+    ----------
+    design : str or mactile.rtl.registry.Design
+        Registered design (name) whose ``bench`` provides vectors.
+    suite : str, optional
+        One of the bench's ``suites`` (default: its first).
+    vectors : int, optional
+        Vectors wanted for sized suites (the bench's default when ``None``).
+    seed : int
+        Seed of the stimulus generator (NumPy ``default_rng``).
+    sim : {"verilator", "icarus"}
+    lanes : int
+        Design instances side by side, each with its own stream (default 1).
+    depth : int
+        Clock cycles per burst: vectors per lane moved by one write, one read and one
+        timer (the Python cost of a burst is nearly independent of it).
+    params : dict, optional
+        Parameter overrides (validated against the design's parameters).
+    component : amaranth component, optional
+        Simulate this instead of building the design (the bench still comes from the
+        design and ``params``): how a test shows a broken design is caught.
+    waves : {"vcd", "fst"}, optional
+        Record a waveform into the test folder.
+    activity : {"saif", "vcd"}, optional
+        Record switching activity into the test folder (SAIF: Verilator only).
+    build_root, test_dir : path, optional
+        Build cache (default :func:`default_build_root`) and this run's own folder
+        (default ``<build_root>/<design>/runs/<suite>-seed<seed>``).
+    max_report : int
+        Mismatches decoded into the result.
+
+    Raises
+    ------
+    mactile.sim.SimulatorUnavailable
+        The simulator or cocotb is missing (pytest turns it into a skip).
+    ValueError
+        Unknown design, suite, parameter, format or a bad value.
+    """
+    from mactile.rtl.registry import Design, get_design
+
+    t_start = time.perf_counter()
+    d = design if isinstance(design, Design) else get_design(design)
+    resolved = d.resolve(**(params or {}))
+    for name, v in (("lanes", lanes), ("depth", depth)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if vectors is not None and (not isinstance(vectors, int) or vectors < 1):
+        raise ValueError(f"vectors must be a positive integer, got {vectors!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    simulator = require(sim)
+    trace = _trace_plan(sim, waves, activity)
+    bench = d.load_bench()(**resolved)
+    suite = suite or bench.suites[0]
+    bench.check_suite(suite)
+    comp = component if component is not None else d.load_builder()(**resolved)
+    latency = getattr(comp, "latency", None)
+    if not isinstance(latency, int):
+        raise ValueError(f"{d.name}: the component must expose an integer `latency` property")
+
+    root = Path(build_root).absolute() if build_root else default_build_root()
+    build_dir, layout, cached, build_s = _build(simulator, comp, lanes, depth, trace, root,
+                                                d.name)
+
+    t0 = time.perf_counter()
+    vec = bench.vectors(suite, lanes=lanes, count=vectors, rng=np.random.default_rng(seed))
+    stimulus_s = time.perf_counter() - t0
+    if vec.lanes != lanes:
+        raise ValueError(f"bench returned {vec.lanes} lanes, asked for {lanes}")
+    t0 = time.perf_counter()
+    stim = layout.pack_inputs(vec.inputs, vec.cycles)
+    pack_s = time.perf_counter() - t0
+
+    tdir = Path(test_dir).absolute() if test_dir else root / d.name / "runs" / f"{suite}-seed{seed}"
+    tdir.mkdir(parents=True, exist_ok=True)
+    for stale in ("response.npy", "timing.json"):
+        with contextlib.suppress(FileNotFoundError):
+            (tdir / stale).unlink()
+    np.savez(tdir / "stimulus.npz", stim=stim)
+    sb = Scoreboard(latency)
+    plan = {"stimulus": str(tdir / "stimulus.npz"), "response": str(tdir / "response.npy"),
+            "timing": str(tdir / "timing.json"), "depth": depth,
+            # bursts after the last word, so the outputs of its last cycle come back
+            "drain": 1 + -(-sb.offset // depth), "resp_bits": layout.resp_bits}
+    (tdir / "plan.json").write_text(json.dumps(plan, indent=1))
+
+    trace_file = None
+    test_args, plusargs = [], []
+    if trace:
+        trace_file = tdir / f"{d.name}.{trace}"
+        if sim == "verilator":
+            test_args = ["--trace", "--trace-file", str(trace_file)]
+        else:
+            plusargs = [f"+mactile_dump={trace_file}"] + (["-fst"] if trace == "fst" else [])
+
+    from cocotb_tools.runner import get_runner
+    runner = get_runner(sim)
+    runner.build_dir = build_dir  # reuse the build without re-running it
+    log = tdir / "sim.log"
+    t0 = time.perf_counter()
+    with _tool_path(simulator):
+        try:
+            runner.test(test_module="mactile.sim._replay", hdl_toplevel=WRAPPER_TOP,
+                        hdl_toplevel_lang="verilog",
+                        build_dir=build_dir, test_dir=tdir, test_args=test_args,
+                        plusargs=plusargs, extra_env={"MACTILE_SIM_PLAN": str(tdir / "plan.json")},
+                        timescale=("1ns", "1ps") if sim != "verilator" else None,
+                        results_xml=str(tdir / "results.xml"), log_file=log)
+        except SystemExit as e:
+            raise RuntimeError(f"{sim} run failed (exit {e.code}); log {log}:\n"
+                               f"{log.read_text()[-3000:] if log.exists() else ''}") from None
+    process_s = time.perf_counter() - t0
+    if not (tdir / "response.npy").exists():
+        raise RuntimeError(f"{sim} run left no responses; log {log}:\n"
+                           f"{log.read_text()[-3000:] if log.exists() else ''}")
+    timing = json.loads((tdir / "timing.json").read_text())
+
+    t0 = time.perf_counter()
+    counter, outs = layout.unpack_outputs(np.load(tdir / "response.npy"))
+    if len(counter) and not np.array_equal(counter - counter[0], np.arange(len(counter))):
+        raise RuntimeError("the testbench missed or repeated a burst (the wrapper's burst "
+                           "counter is not consecutive); results would be misaligned")
+    n_bad, mism, got = sb.compare(vec, outs)
+    check_s = time.perf_counter() - t0
+    shown = []
+    for m in mism:
+        if len(shown) == max_report:
+            break
+        if any((s.cycle, s.lane) == (m.cycle, m.lane) for s in shown):
+            continue
+        shown.append(Mismatch(m.cycle, m.lane, m.port, m.expected, m.got,
+                              bench.describe(vec, m, got)))
+
+    result = SimResult(
+        design=d.name, params=resolved, sim=sim, sim_version=simulator.version, suite=suite,
+        seed=seed, lanes=lanes, depth=depth, latency=latency, vectors=vec.count, mismatched=n_bad,
+        mismatches=shown,
+        timings={"build": build_s, "stimulus": stimulus_s, "pack": pack_s,
+                 "loop": timing["loop_s"], "check": check_s, "process": process_s,
+                 "total": time.perf_counter() - t_start},
+        build_cached=cached, test_dir=tdir, build_dir=build_dir,
+        waves=trace_file if waves else None, activity=trace_file if activity else None,
+        input_activity=_input_activity(vec, layout), notes=vec.notes)
+    (tdir / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=str))
+    return result
