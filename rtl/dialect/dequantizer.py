@@ -71,6 +71,11 @@ class DialectDequantizer(wiring.Component):
         """Blocks accepted per cycle."""
         return 1.0
 
+    @property
+    def module_name(self) -> str:
+        """Verilog module name (parameters in the name)."""
+        return f"dialect_dequantizer_b{self.block_size}_l{self.latency}"
+
     def elaborate(self, platform):
         m = Module()
         # The block's eight table entries: shared constants, or a lookup on the dialect id.
