@@ -11,13 +11,15 @@ JOBS ?= 2
 DEMO_DIR ?= out/demo
 APT_PACKAGES := iverilog opensta qflow-tech-osu018
 
-.PHONY: demo test test-fast test-slow test-gpu bench install system-deps clean help
+.PHONY: demo test test-fast test-slow test-gpu bench bench-gpu bench-sim install system-deps clean help
 
 help:
 	@echo "make demo      run the main job on the embedded defaults (output in $(DEMO_DIR))"
 	@echo "make test      install everything and run the test suite (CI runs this)"
 	@echo "make test-gpu  run the GPU tests (on a machine with a CUDA GPU and CuPy)"
+	@echo "make bench-gpu run the FP4 GPU benchmark (JSON, PNG, table in out/bench-gpu)"
 	@echo "make bench     run the CPU benchmarks and print their tables"
+	@echo "make bench-sim checked vectors/s of every MAC per simulator, MAC suite time (docs/results)"
 
 # Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells.
 system-deps: $(VENV)/.system-deps
@@ -60,8 +62,14 @@ test-fast: install
 test-gpu:
 	$(PYTHON) -m pytest -m gpu -v
 
+bench-gpu:
+	$(PYTHON) -m mactile.cli.main bench gpu -o out/bench-gpu
+
 bench: install
 	$(PY) benchmarks/golden_throughput.py
+
+bench-sim: install
+	$(PY) benchmarks/sim_throughput.py --suite-time -o docs/results
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build *.egg-info

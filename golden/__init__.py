@@ -7,7 +7,7 @@ check themselves against these models.
 Element formats (:mod:`.elements`): ``FP4_E2M1``, ``FP6_E2M3``, ``FP6_E3M2``,
 ``FP8_E4M3``, ``E3M3``, ``E8M0``, ``FP16``, ``INT4`` ... ``UINT8``.
 Block formats (:mod:`.registry`): ``nvfp4``, ``mxfp4``, ``razer``, ``razer-act``,
-``dialectfp4``, ``int-group``, ``nestedfp``, ``nestedfp8``.
+``razer-g128``, ``dialectfp4``, ``int-group``, ``nestedfp``, ``nestedfp8``.
 """
 from .block import BlockFormat, InputError, Quantized
 from .dialect import FORMATBOOK, CountTie, DialectFP4, DialectSelect
@@ -16,13 +16,16 @@ from .elements import __all__ as _elements_all
 from .fp4blocks import MXFP4, NVFP4, RaZeR, RaZeRAct
 from .intgroup import IntGroup, bitplane_matmul, bitplanes, plane_weights
 from .nestedfp import NestedFP, NestedFP8, nestedfp_eligible, nestedfp_merge, nestedfp_split
+from .razer_g128 import G128TensorScale, RaZeRG128
+from .reset_temperature import ReductionLayout, StepAwareTemperature
 from .registry import BLOCK_FORMATS, get_format
 
 __all__ = list(_elements_all) + [
     "BlockFormat", "InputError", "Quantized",
-    "NVFP4", "MXFP4", "RaZeR", "RaZeRAct",
+    "NVFP4", "MXFP4", "RaZeR", "RaZeRAct", "RaZeRG128", "G128TensorScale",
     "DialectFP4", "DialectSelect", "CountTie", "FORMATBOOK",
     "IntGroup", "bitplanes", "plane_weights", "bitplane_matmul",
     "NestedFP", "NestedFP8", "nestedfp_split", "nestedfp_merge", "nestedfp_eligible",
     "BLOCK_FORMATS", "get_format",
+    "StepAwareTemperature", "ReductionLayout",
 ]

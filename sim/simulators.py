@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .hdl import verilator_bin_dir
 
-__all__ = ["SIMULATORS", "SimulatorUnavailable", "simulator_status", "require", "Simulator"]
+__all__ = ["SIMULATORS", "SimulatorUnavailable", "simulator_status", "require", "Simulator",
+           "verilator_fst_missing"]
 
 
 class SimulatorUnavailable(RuntimeError):
@@ -77,6 +78,21 @@ def _icarus() -> Simulator:
     out = subprocess.run(["iverilog", "-V"], capture_output=True, text=True)
     m = re.search(r"version\s+(\S+)", out.stdout + out.stderr)
     return Simulator("icarus", m.group(1) if m else "unknown", "")
+
+
+@functools.lru_cache(maxsize=None)
+def verilator_fst_missing() -> str | None:
+    """Why Verilator cannot write FST here (its FST writer needs ``lz4.h``), or None."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        r = subprocess.run([cxx, "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                           capture_output=True, text=True)
+    except FileNotFoundError:
+        return f"no C++ compiler {cxx!r}"
+    if r.returncode != 0:
+        return ("Verilator's FST writer needs lz4.h (apt-get install liblz4-dev); "
+                "use waves='vcd' or the icarus simulator")
+    return None
 
 
 #: Simulator names the harness knows, default first.

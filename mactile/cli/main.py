@@ -18,6 +18,9 @@ COMMANDS = [
     "mactile.cli.list_cmd",
     "mactile.cli.quantize",
     "mactile.cli.formats",
+    "mactile.cli.bench",
+    "mactile.cli.generate",
+    "mactile.cli.sim",
 ]
 
 

@@ -81,6 +81,25 @@ class MacUnit(wiring.Component):
         mult = f"_{dp.multiplier.value}" if dp.kind is MacKind.DIALECT else ""
         return f"mac_{fmt}{mult}_t{dp.terms}_l{self.latency}"
 
+    @property
+    def waveform_signals(self) -> tuple[str, ...]:
+        """Named stage signals (the golden model's stages) kept for waveforms; Amaranth's
+        backend may read the expressions they alias instead, so the lint waivers of
+        ``mactile generate`` list them."""
+        dp = self.datapath
+        names = ["product", "addend"]
+        if dp.kind is MacKind.FLOAT:
+            names += ["a_sig", "a_shift", "w_sig", "w_shift", "mag"]
+        elif dp.kind is MacKind.DIALECT:
+            names += ["a_q", "w_q", "exp_next"]
+            if dp.multiplier is DialectMultiplier.UINT4:
+                names += ["mag"]
+            else:
+                names += ["a_x", "a_r", "w_x", "w_r", "int4", "residual", "lsb"]
+        if self.product_register:
+            names += ["product_q", "valid_q", "clear_q"] + (["exp_q"] if dp.kind is MacKind.DIALECT else [])
+        return tuple(names)
+
     # ------------------------------------------------------------------ stages
     def _unpack_float(self, m, code, spec, side):
         """sign, significand with hidden bit, shift = max(E, 1) - 1."""
@@ -146,6 +165,14 @@ class MacUnit(wiring.Component):
             product.eq((int4 << 2) + (residual << 1) + lsb),
         ]
 
+    def _accumulate(self, m, product, valid, clear):
+        """``acc <= (clear ? 0 : acc) + (valid ? product : 0)``. The gated product is
+        sign-extended to the accumulator width; the sum wraps at ``acc_bits``, which a
+        stream of at most ``terms`` products never reaches."""
+        addend = Signal(signed(self.datapath.acc_bits))
+        m.d.comb += addend.eq(Mux(valid, product, 0))
+        m.d.sync += self.acc.eq(Mux(clear, 0, self.acc) + addend)
+
     def elaborate(self, platform):
         m = Module()
         dp = self.datapath
@@ -170,11 +197,7 @@ class MacUnit(wiring.Component):
         else:
             p, v, c = product, self.valid, self.clear
 
-        # Sign-extend the gated product to the accumulator width, then add; the sum wraps
-        # at acc_bits, which a stream of at most `terms` products never reaches.
-        addend = Signal(signed(dp.acc_bits))
-        m.d.comb += addend.eq(Mux(v, p, 0))
-        m.d.sync += self.acc.eq(Mux(c, 0, self.acc) + addend)
+        self._accumulate(m, p, v, c)
         if exp_next is not None:
             with m.If(v):
                 m.d.sync += self.exp.eq(exp_next)

@@ -160,15 +160,13 @@ class MacBench(Bench):
         z = np.zeros(n, np.int64)
         return codes[0], codes[1], z, z, z, z
 
-    def random_streams(self, count: int, rng) -> list[Stream]:
-        """Random ``terms``-long sums with bubbles, about ``count`` vectors in all."""
+    def random_sums(self, n: int, rng) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``n`` random ``terms``-long sums with bubbles: ``({port: (n, L)}, golden)``,
+        ``golden[k]`` telling whether sum ``k`` has golden-quantized codes."""
         T = self.dp.terms
         L = T + max(1, T // (BUBBLE_EVERY - 1))  # cycles per sum, bubbles included
-        n = max(1, -(-count // L))
         na, nw = 1 << self.dp.code_bits("a"), 1 << self.dp.code_bits("w")
-        ng = n // 2
-        golden = ng > 0 and (not self.dialect or T in DialectFP4.allowed_block_sizes)
-        ng = ng if golden else 0
+        ng = n // 2 if (not self.dialect or T in DialectFP4.allowed_block_sizes) else 0
         a = rng.integers(0, na, (n, T))
         w = rng.integers(0, nw, (n, T))
         da, dw = rng.integers(0, N_DIALECTS, (2, n))
@@ -179,39 +177,51 @@ class MacBench(Bench):
             if self.dialect:
                 da[:ng], dw[:ng], ea[:ng], ew[:ng] = gda, gdw, gea, gew
         # Valid positions: the first cycle (with clear) and T - 1 of the other L - 1.
-        keys = rng.random((n, L - 1))
-        rest = np.argsort(keys, axis=1)[:, :T - 1] + 1
+        rest = np.argsort(rng.random((n, L - 1)), axis=1)[:, :T - 1] + 1
         valid = np.zeros((n, L), np.int64)
         valid[:, 0] = 1
         np.put_along_axis(valid, rest, 1, axis=1)
-        va = rng.integers(0, na, (n, L))  # bubbles carry garbage operands
-        vw = rng.integers(0, nw, (n, L))
-        pos = np.cumsum(valid, axis=1) - 1
+        pos = np.clip(np.cumsum(valid, axis=1) - 1, 0, T - 1)
         rows = np.arange(n)[:, None]
-        va = np.where(valid == 1, a[rows, np.clip(pos, 0, T - 1)], va)
-        vw = np.where(valid == 1, w[rows, np.clip(pos, 0, T - 1)], vw)
-        clear = np.zeros((n, L), np.int64)
-        clear[:, 0] = 1
-        out = []
-        for k in range(n):
-            name = "random sum (golden-quantized codes)" if k < ng else "random sum (uniform codes)"
-            out.append(self._stream(name, va[k], vw[k], valid[k], clear[k], ad=da[k], wd=dw[k],
-                                    ase=ea[k], wse=ew[k]))
-        return out
+        # Bubbles carry garbage operands, which the unit must ignore.
+        out = {"a": np.where(valid == 1, a[rows, pos], rng.integers(0, na, (n, L))),
+               "w": np.where(valid == 1, w[rows, pos], rng.integers(0, nw, (n, L))),
+               "valid": valid, "clear": np.zeros((n, L), np.int64)}
+        out["clear"][:, 0] = 1
+        if self.dialect:
+            for port, v in (("a_dialect", da), ("w_dialect", dw), ("a_se", ea), ("w_se", ew)):
+                out[port] = np.repeat(v[:, None], L, axis=1)
+        return out, np.arange(n) < ng
 
     def vectors(self, suite, *, lanes, count, rng) -> Vectors:
         self.check_suite(suite)
+        corners = self.corner_streams()
         if suite == "exhaustive":
-            streams = self.exhaustive_streams(lanes, rng) + self.corner_streams()
+            streams = self.exhaustive_streams(lanes, rng) + corners
+            inputs, mask, labels, names, _ = pack_streams(streams, lanes)
         else:
-            corners = self.corner_streams()
+            inputs, mask, labels, names, _ = pack_streams(corners, lanes)
             want = DEFAULT_RANDOM_VECTORS if count is None else count
-            left = want - sum(len(s) for s in corners)
-            streams = corners + (self.random_streams(left, rng) if left > 0 else [])
-        inputs, mask, labels, names, _ = pack_streams(streams, lanes)
+            left = want - int(mask.sum())
+            if left > 0:
+                # Equal-length random sums, dealt round-robin to the lanes after the corners.
+                n_sums = -(-left // (self.dp.terms + max(1, self.dp.terms // (BUBBLE_EVERY - 1))))
+                n_sums = -(-n_sums // lanes) * lanes
+                block, golden = self.random_sums(n_sums, rng)
+                L = block["a"].shape[1]
+
+                def deal(x):  # (n_sums, L) -> (n_sums // lanes * L, lanes)
+                    return x.reshape(-1, lanes, L).transpose(0, 2, 1).reshape(-1, lanes)
+
+                for port, v in block.items():
+                    inputs[port] = np.concatenate([inputs[port], deal(v)])
+                names = names + ["random sum (golden-quantized codes)", "random sum (uniform codes)"]
+                lab = np.where(golden, len(names) - 2, len(names) - 1)
+                labels = np.concatenate([labels, deal(np.repeat(lab[:, None], L, axis=1))])
+                mask = np.concatenate([mask, np.ones((n_sums // lanes * L, lanes), bool)])
         expected = self.golden(inputs)
         return Vectors(inputs, expected, mask, labels=labels, label_names=names,
-                       notes={"corner cases": [s.name for s in self.corner_streams()]})
+                       notes={"corner cases": [s.name for s in corners]})
 
     # ------------------------------------------------------------------ golden
     def golden(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,0 +1,1 @@
+"""Benchmark harness (:mod:`.harness`, kernel-agnostic) and mactile's GPU benchmarks."""

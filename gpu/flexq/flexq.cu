@@ -1,0 +1,275 @@
+// FlexQ W6Ax on binary tensor cores (003_c7ba18c8b0833de1.txt Sec. 4.2-4.3).
+//
+// Layouts: see gpu/flexq/layout.py. The Python side prepends the generated plane-pair
+// schedules (struct FlexqTile<P, Q>) and the constants FLEXQ_GROUP = 128.
+//
+// Kernels
+//   flexq_quantize_pack<BITS, R>  FP16 rows -> IntGroup codes (bit-exact with golden
+//                                 IntGroup: FP32 amax/(2^(n-1)-1) -> FP16 scale, FP32
+//                                 x/scale, RNE, clamp) -> packed planes + FP16 scales.
+//   flexq_gemm<P, Q, MT, RT, WR, WK, U, OUT>
+//                                 Y[m, n] = sum_g sx[g, m] * sw[g, n] * Int_g[m, n], Int_g
+//                                 from b1 mma.sync .and.popc over plane pairs (Horner in the
+//                                 MMA accumulator), group scales in the epilogue.
+//   OUT: 0 = FP16 Y, 1 = FP32 Y, 2 = int32 Int_g[m, n, g] (test path, before scaling).
+
+#include <cuda_fp16.h>
+#if defined(__CUDACC_RTC__)  // NVRTC has no <cstdint>
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned long long uintptr_t;
+#else
+#include <cstdint>
+#endif
+
+namespace flexq {
+
+// ---------------------------------------------------------------- binary MMAs
+__device__ __forceinline__ void bmma256(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1, const int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
+        "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+
+__device__ __forceinline__ void bmma128(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0,
+                                        const int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
+      "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+
+// acc = 2 * acc - n  (one IADD3 per register)
+__device__ __forceinline__ void dbl_sub(int (&acc)[4], const int (&n)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] = acc[i] + acc[i] - n[i];
+}
+__device__ __forceinline__ void dbl(int (&acc)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] = acc[i] + acc[i];
+}
+__device__ __forceinline__ void neg(int (&acc)[4], const int (&n)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] = -n[i];
+}
+
+template <int P, int Q> struct FlexqTile;  // specialised by the generated schedules
+
+}  // namespace flexq
+
+FLEXQ_GENERATED_SCHEDULES
+
+namespace flexq {
+
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+  // Weights are read once: do not keep them in L1 (the paper's "cache eviction").
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// ---------------------------------------------------------------- online quantizer
+// One warp per (row, group). Lane l holds elements l, l+32, l+64, l+96 of the group, so
+// __ballot_sync of one bit of element 32*c + l over the warp is the packed word of chunk c.
+template <int BITS, int R>
+__global__ void __launch_bounds__(256)
+flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
+                    int rows_pad, uint32_t* __restrict__ planes,
+                    __half* __restrict__ scales, int* __restrict__ flag) {
+  constexpr int MAXI = (1 << (BITS - 1)) - 1;
+  constexpr int MINI = -(1 << (BITS - 1));
+  constexpr int HALVES = R / 8;
+  constexpr int WORDS = BITS * HALVES;
+  const int G = K / FLEXQ_GROUP;
+  const int lane = threadIdx.x & 31;
+  const long long wid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (wid >= (long long)rows_pad * G) return;  // warp-uniform
+  const int row = (int)(wid / G), grp = (int)(wid % G);
+
+  float v[4];
+  bool bad = false;
+  float amax = 0.f;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    v[c] = 0.f;
+    if (row < rows) v[c] = __half2float(x[(long long)row * ldx + grp * FLEXQ_GROUP + 32 * c + lane]);
+    bad |= !isfinite(v[c]);
+    amax = fmaxf(amax, fabsf(v[c]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(flag, 1);
+  // golden: s16 = FP16(FP32(amax) / FP32(max_int)); q = clip(rint(x32 / s32))
+  const __half s16 = __float2half_rn(__fdiv_rn(amax, (float)MAXI));
+  const float s32 = __half2float(s16);
+  uint32_t pat[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    int q = 0;
+    if (s32 > 0.f) {
+      float r = rintf(__fdiv_rn(v[c], s32));
+      r = fminf(fmaxf(r, (float)MINI), (float)MAXI);
+      q = (int)r;
+    }
+    pat[c] = (uint32_t)q & ((1u << BITS) - 1u);
+  }
+  const int tile = row / R, h = (row % R) / 8, g = row % 8;
+  uint32_t mine = 0;
+#pragma unroll
+  for (int s = 0; s < BITS; ++s) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t wbits = __ballot_sync(0xffffffffu, (pat[c] >> s) & 1u);
+      if (lane == s * 4 + c) mine = wbits;
+    }
+  }
+  if (lane < BITS * 4) {
+    const int s = lane / 4, c = lane % 4;
+    const long long base = (((long long)tile * G + grp) * 32 + (g * 4 + c)) * WORDS;
+    planes[base + s * HALVES + h] = mine;
+  }
+  if (lane == 0) scales[(long long)grp * rows_pad + row] = s16;
+}
+
+// ---------------------------------------------------------------- GEMM
+// Block: WR x WK warps. Warp (wr, wk) owns RT weight tiles (16 rows each) and the groups
+// g = wk, wk + WK, ...; all warps share the block's MT activation tiles (8 tokens each).
+// Split-K partial sums meet in shared memory; the block writes Y[tok, row] coalesced.
+template <int P, int Q, int MT, int RT, int WR, int WK, int U, int OUT>
+__global__ void __launch_bounds__(WR * WK * 32)
+flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
+           const uint32_t* __restrict__ xp, const __half* __restrict__ sx,
+           void* __restrict__ out, int M, int N, int G, int n_wtiles, int Npad, int Mpad) {
+  constexpr int WW = 2 * P;  // words per lane of one weight tile-group
+  constexpr int BROWS = 16 * RT * WR;
+  constexpr int BTOK = 8 * MT;
+  extern __shared__ float red[];  // [WK][BTOK][BROWS]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wr = warp % WR, wk = warp / WR;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int wt0 = blockIdx.x * RT * WR + wr * RT;
+  const int xt0 = blockIdx.y * MT;
+
+  float facc[RT][MT][4];
+#pragma unroll
+  for (int i = 0; i < RT; ++i)
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) facc[i][j][r] = 0.f;
+
+  for (int g0 = wk; g0 < G; g0 += WK * U) {
+    uint32_t wf[U][RT][WW];
+    uint32_t xf[U][MT][Q];
+    float swf[U][RT][2];
+    float sxf[U][MT][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int grp = g0 + u * WK;
+      if (grp < G) {
+#pragma unroll
+        for (int i = 0; i < RT; ++i) {
+          const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
+          const uint32_t* p = wp + (((long long)wt * G + grp) * 32 + lane) * WW;
+#pragma unroll
+          for (int v = 0; v < WW / 4; ++v) {
+            const uint4 t = ldg_stream(p + 4 * v);
+            wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
+            wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
+          }
+          const __half* q = sw + (long long)grp * Npad + wt * 16 + gid;
+          swf[u][i][0] = __half2float(q[0]);
+          swf[u][i][1] = __half2float(q[8]);
+        }
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          const uint32_t* p = xp + (((long long)(xt0 + j) * G + grp) * 32 + lane) * Q;
+          if constexpr (Q % 4 == 0) {
+#pragma unroll
+            for (int v = 0; v < Q / 4; ++v) {
+              const uint4 t = *reinterpret_cast<const uint4*>(p + 4 * v);
+              xf[u][j][4 * v] = t.x; xf[u][j][4 * v + 1] = t.y;
+              xf[u][j][4 * v + 2] = t.z; xf[u][j][4 * v + 3] = t.w;
+            }
+          } else {
+#pragma unroll
+            for (int v = 0; v < Q / 2; ++v) {
+              const uint2 t = *reinterpret_cast<const uint2*>(p + 2 * v);
+              xf[u][j][2 * v] = t.x; xf[u][j][2 * v + 1] = t.y;
+            }
+          }
+          const __half2 s2 = *reinterpret_cast<const __half2*>(
+              sx + (long long)grp * Mpad + (xt0 + j) * 8 + 2 * tig);
+          sxf[u][j][0] = __low2float(s2);
+          sxf[u][j][1] = __high2float(s2);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int grp = g0 + u * WK;
+      if (grp < G) {
+#pragma unroll
+        for (int i = 0; i < RT; ++i) {
+#pragma unroll
+          for (int j = 0; j < MT; ++j) {
+            int acc[4];
+            FlexqTile<P, Q>::run(wf[u][i], xf[u][j], acc);
+            if constexpr (OUT == 2) {
+              int* o = reinterpret_cast<int*>(out);
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                const int row = (wt0 + i) * 16 + gid + 8 * (r >> 1);
+                const int tok = (xt0 + j) * 8 + 2 * tig + (r & 1);
+                if (row < N && tok < M && wt0 + i < n_wtiles)
+                  o[((long long)tok * N + row) * G + grp] = acc[r];
+              }
+            } else {
+              // sw * sx is exact in FP32 (two FP16 significands); one rounding per FMA.
+#pragma unroll
+              for (int r = 0; r < 4; ++r)
+                facc[i][j][r] = fmaf((float)acc[r], swf[u][i][r >> 1] * sxf[u][j][r & 1],
+                                     facc[i][j][r]);
+            }
+          }
+        }
+      }
+    }
+  }
+  if constexpr (OUT != 2) {
+#pragma unroll
+    for (int i = 0; i < RT; ++i)
+#pragma unroll
+      for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int rl = (wr * RT + i) * 16 + gid + 8 * (r >> 1);
+          const int tl = j * 8 + 2 * tig + (r & 1);
+          red[(wk * BTOK + tl) * BROWS + rl] = facc[i][j][r];
+        }
+    __syncthreads();
+    const int row0 = blockIdx.x * BROWS, tok0 = blockIdx.y * BTOK;
+    for (int idx = threadIdx.x; idx < BTOK * BROWS; idx += blockDim.x) {
+      const int tl = idx / BROWS, rl = idx % BROWS;
+      const int row = row0 + rl, tok = tok0 + tl;
+      if (row < N && tok < M) {
+        float s = red[tl * BROWS + rl];
+#pragma unroll
+        for (int w = 1; w < WK; ++w) s += red[(w * BTOK + tl) * BROWS + rl];
+        if constexpr (OUT == 0)
+          reinterpret_cast<__half*>(out)[(long long)tok * N + row] = __float2half_rn(s);
+        else
+          reinterpret_cast<float*>(out)[(long long)tok * N + row] = s;
+      }
+    }
+  }
+}
+
+}  // namespace flexq

@@ -1,0 +1,291 @@
+"""FlexQ W6A6 / W6A8 GEMM on Hopper's binary tensor cores (CuPy).
+
+Source: 003_c7ba18c8b0833de1.txt Sec. 4.1-4.3. ``FlexQLinear`` holds INT6 group-quantized
+weights as packed bit planes (offline: :func:`~mactile.gpu.flexq.layout.pack_quantized`
+from a golden ``int-group`` tensor, or on the GPU from FP16 weights with the same bits);
+each call quantizes the FP16 activations per token per group of 128 to 6 or 8 bits and
+packs their planes in one kernel, then runs the bit-plane GEMM with the group scales in
+the epilogue.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mactile.golden.block import InputError
+
+from .. import prebuilt, runtime
+from .codegen import schedule_source
+from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes
+
+__all__ = ["FlexQLinear", "GemmConfig", "choose_config", "GpuPlanes", "quantize_pack"]
+
+_SRC = Path(__file__).with_name("flexq.cu")
+WEIGHT_BITS = 6
+ACT_BITS = (6, 8)
+OUT_KINDS = {"float16": 0, "float32": 1, "int": 2}
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Kernel shape: MT token tiles (8 each), RT weight tiles (16 rows) per warp, WR x WK
+    warps (rows x K split), U groups in flight per warp."""
+
+    mt: int
+    rt: int = 1
+    wr: int = 1
+    wk: int = 8
+    u: int = 4
+
+    def __post_init__(self):
+        for name in ("mt", "rt", "wr", "wk", "u"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"GemmConfig.{name} must be a positive int, got {v!r}")
+        if self.wr * self.wk > 32:
+            raise ValueError(f"GemmConfig: {self.wr * self.wk} warps exceed a block of 1024 threads")
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.rt * self.wr
+
+    @property
+    def block_tokens(self) -> int:
+        return 8 * self.mt
+
+
+def choose_config(m: int, n: int, groups: int) -> GemmConfig:
+    """Default kernel shape for M tokens (the measured choices are in docs/gpu.md)."""
+    mt = 1 if m <= 8 else 2 if m <= 16 else 4 if m <= 32 else 8
+    if mt <= 2:
+        return GemmConfig(mt=mt, rt=1, wr=1, wk=8, u=4)
+    if mt == 4:
+        return GemmConfig(mt=mt, rt=1, wr=2, wk=4, u=2)
+    return GemmConfig(mt=mt, rt=1, wr=2, wk=4, u=1)
+
+
+@dataclass
+class GpuPlanes:
+    """Packed planes on the GPU (layout of :class:`~mactile.gpu.flexq.layout.PackedPlanes`)."""
+
+    planes: object   # cupy uint32 (tiles, groups, 32, words)
+    scales: object   # cupy float16 (groups, rows_pad)
+    rows: int
+    k: int
+    bits: int
+    tile: int
+
+    @property
+    def rows_pad(self) -> int:
+        return int(self.scales.shape[1])
+
+    def to_host(self) -> PackedPlanes:
+        return PackedPlanes(self.planes.get(), self.scales.get().view(np.uint16), self.rows,
+                            self.k, self.bits, self.tile)
+
+
+def _source(singles: str) -> str:
+    return (f"#define FLEXQ_GROUP {GROUP}\n"
+            + _SRC.read_text().replace("FLEXQ_GENERATED_SCHEDULES",
+                                       schedule_source(((WEIGHT_BITS, 6), (WEIGHT_BITS, 8)),
+                                                       singles=singles)))
+
+
+def _kernel(singles: str, name: str, smem: int = 0):
+    return prebuilt.get_kernel(_source(singles), name, max_dynamic_smem=smem)
+
+
+def _gemm_name(q: int, cfg: GemmConfig, out: str) -> str:
+    return (f"flexq::flexq_gemm<{WEIGHT_BITS}, {q}, {cfg.mt}, {cfg.rt}, {cfg.wr}, {cfg.wk}, "
+            f"{cfg.u}, {OUT_KINDS[out]}>")
+
+
+#: Kernel shapes the tests and the benchmark sweep use besides :func:`choose_config`'s.
+TEST_CONFIGS = ((1, 1, 1, 8, 4), (2, 2, 2, 3, 2), (4, 1, 4, 2, 1), (8, 1, 2, 4, 1), (8, 2, 1, 5, 3))
+SWEEP_CONFIGS = ((8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1), (1, 1, 1, 4, 4),
+                 (1, 2, 1, 8, 2), (1, 1, 2, 4, 4), (4, 1, 1, 8, 2), (2, 1, 2, 4, 4))
+
+
+def prebuilt_jobs():
+    """(source, names) for :mod:`mactile.gpu.prebuilt`: every instantiation used by the
+    tests and benchmarks."""
+    defaults = [choose_config(m, 4096, 32) for m in (1, 16, 32, 64)]
+    tests = [GemmConfig(*c) for c in TEST_CONFIGS]
+    sweep = [GemmConfig(*c) for c in SWEEP_CONFIGS]
+    quant = [f"flexq::flexq_quantize_pack<{b}, {t}>" for b, t in ((6, 8), (8, 8), (6, 16))]
+    jobs = []
+    for singles in ("k128", "k256"):
+        names = list(quant)
+        for q in ACT_BITS:
+            names += [_gemm_name(q, c, "int") for c in defaults + tests]
+            names += [_gemm_name(q, c, "float16") for c in defaults]
+            if singles == "k128":
+                names += [_gemm_name(q, c, "float32") for c in defaults]
+                names += [_gemm_name(q, c, "float16") for c in sweep]
+        jobs.append((_source(singles), names))
+    return jobs
+
+
+def _check_fp16_matrix(cp, x, what: str):
+    if not isinstance(x, cp.ndarray):
+        raise InputError(f"flexq: {what} must be a CuPy array, got {type(x).__name__}")
+    if x.dtype != cp.float16 or x.ndim != 2:
+        raise InputError(f"flexq: {what} must be a 2-d float16 array, got {x.dtype} {x.shape}")
+    if x.shape[1] == 0 or x.shape[1] % GROUP:
+        raise InputError(f"flexq: {what} has K = {x.shape[1]}, not a positive multiple of the "
+                         f"group size {GROUP}")
+    if x.shape[0] == 0:
+        raise InputError(f"flexq: {what} has no rows")
+    return cp.ascontiguousarray(x)
+
+
+def quantize_pack(x, *, bits: int, tile: int, rows_pad: int | None = None,
+                  check_finite: bool = True, singles: str = "k128", into: GpuPlanes | None = None,
+                  flag=None) -> GpuPlanes:
+    """Quantize FP16 rows per group of 128 to ``bits`` (golden IntGroup, bit-exact) and pack.
+
+    ``tile=8`` gives the activation layout, ``tile=16`` the weight layout. With
+    ``check_finite`` a NaN/Inf input raises :class:`InputError` (one device sync).
+    ``into``/``flag``: preallocated buffers (so that the call allocates nothing, e.g. inside
+    a CUDA graph); ``flag`` is an int32 (1,) array that the kernel ORs 1 into on NaN/Inf.
+    """
+    cp = runtime.require_cupy()
+    if bits not in (6, 8):
+        raise ValueError(f"flexq: bits must be 6 or 8, got {bits}")
+    if tile not in (WEIGHT_TILE, ACT_TILE):
+        raise ValueError(f"flexq: tile must be {WEIGHT_TILE} or {ACT_TILE}, got {tile}")
+    x = _check_fp16_matrix(cp, x, "input")
+    rows, k = x.shape
+    g = k // GROUP
+    rp = -(-rows // tile) * tile if rows_pad is None else int(rows_pad)
+    if rp < rows or rp % tile:
+        raise ValueError(f"flexq: rows_pad {rp} must be >= {rows} and a multiple of {tile}")
+    words = bits * tile // 8
+    if into is not None:
+        if (into.planes.shape != (rp // tile, g, 32, words) or into.scales.shape != (g, rp)
+                or into.bits != bits or into.tile != tile):
+            raise ValueError("flexq: 'into' planes do not match this input")
+        planes, scales = into.planes, into.scales
+    else:
+        planes = cp.empty((rp // tile, g, 32, words), dtype=cp.uint32)
+        scales = cp.empty((g, rp), dtype=cp.float16)
+    if flag is None:
+        flag = cp.zeros(1, dtype=cp.int32)
+    elif check_finite:
+        flag.fill(0)
+    fn = _kernel(singles, f"flexq::flexq_quantize_pack<{bits}, {tile}>")
+    warps = rp * g
+    fn(((warps + 7) // 8,), (256,),
+       (x, np.int32(rows), np.int32(k), np.int32(x.shape[1]), np.int32(rp), planes, scales, flag))
+    if check_finite and int(flag.get()[0]):
+        raise InputError("flexq: input holds NaN or Inf")
+    if into is not None:
+        into.rows = rows
+        return into
+    return GpuPlanes(planes, scales, rows, k, bits, tile)
+
+
+class FlexQLinear:
+    """``y = x @ w.T`` with INT6 weights and INT6/INT8 activations on binary tensor cores.
+
+    Parameters
+    ----------
+    weight : golden ``int-group`` Quantized (bits 6, group 128, shape (N, K)), a
+        :class:`~mactile.gpu.flexq.layout.PackedPlanes` with tile 16, or a CuPy float16
+        (N, K) array (quantized and packed on the GPU, bit-exact with golden IntGroup).
+    act_bits : default activation width, 6 (W6A6) or 8 (W6A8, FlexQ's down_proj).
+    singles : how an odd plane pair is issued: 'k128' (m16n8k128) or 'k256' (zero half).
+    """
+
+    def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128"):
+        cp = runtime.require_cupy()
+        if act_bits not in ACT_BITS:
+            raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {act_bits}")
+        if singles not in ("k128", "k256"):
+            raise ValueError(f"flexq: singles must be 'k128' or 'k256', got {singles!r}")
+        self.act_bits = act_bits
+        self.singles = singles
+        if isinstance(weight, cp.ndarray):
+            w = quantize_pack(weight, bits=WEIGHT_BITS, tile=WEIGHT_TILE)
+        else:
+            from mactile.golden.block import Quantized
+
+            from .layout import pack_quantized
+            p = pack_quantized(weight, tile=WEIGHT_TILE) if isinstance(weight, Quantized) else weight
+            if not isinstance(p, PackedPlanes) or p.tile != WEIGHT_TILE:
+                raise InputError("flexq: weight must be an int-group Quantized, PackedPlanes "
+                                 "(tile 16) or a CuPy float16 matrix")
+            if p.bits != WEIGHT_BITS:
+                raise InputError(f"flexq: weights must be {WEIGHT_BITS}-bit, got {p.bits}")
+            w = GpuPlanes(cp.asarray(p.planes), cp.asarray(p.scales).view(cp.float16),
+                          p.rows, p.k, p.bits, p.tile)
+        self.w = w
+        self.n, self.k = w.rows, w.k
+        self._acts: dict = {}  # reused activation buffers per (rows_pad, bits)
+        self._flag = cp.zeros(1, dtype=cp.int32)
+
+    @property
+    def groups(self) -> int:
+        return self.k // GROUP
+
+    def quantize_activations(self, x, *, act_bits: int | None = None, config=None,
+                             check_finite: bool = True) -> GpuPlanes:
+        """The fused online quantize + bit-pack kernel for activations (tile 8)."""
+        bits = self.act_bits if act_bits is None else act_bits
+        if bits not in ACT_BITS:
+            raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {bits}")
+        cp = runtime.require_cupy()
+        x = _check_fp16_matrix(cp, x, "activations")
+        if x.shape[1] != self.k:
+            raise InputError(f"flexq: activations have K = {x.shape[1]}, weights K = {self.k}")
+        cfg = config or choose_config(x.shape[0], self.n, self.groups)
+        rp = -(-x.shape[0] // cfg.block_tokens) * cfg.block_tokens
+        buf = self._acts.get((rp, bits))
+        if buf is None:
+            buf = self._acts[(rp, bits)] = GpuPlanes(
+                cp.empty((rp // ACT_TILE, self.groups, 32, bits), dtype=cp.uint32),
+                cp.empty((self.groups, rp), dtype=cp.float16), x.shape[0], self.k, bits, ACT_TILE)
+        # The returned planes live in a buffer this layer reuses on its next call.
+        return quantize_pack(x, bits=bits, tile=ACT_TILE, rows_pad=rp, check_finite=check_finite,
+                             singles=self.singles, into=buf, flag=self._flag)
+
+    def matmul_planes(self, xp: GpuPlanes, *, out: str = "float16", config=None, y=None):
+        """GEMM on packed activations; ``out``: 'float16', 'float32' or 'int' (int32
+        ``(M, N, groups)`` per-group integer results before scaling). ``y``: optional
+        preallocated C-contiguous destination of that dtype and shape."""
+        cp = runtime.require_cupy()
+        if out not in OUT_KINDS:
+            raise ValueError(f"flexq: out must be one of {tuple(OUT_KINDS)}, got {out!r}")
+        if xp.tile != ACT_TILE or xp.k != self.k or xp.bits not in ACT_BITS:
+            raise InputError("flexq: activation planes do not match this layer")
+        m = xp.rows
+        cfg = config or choose_config(m, self.n, self.groups)
+        if xp.rows_pad % cfg.block_tokens:
+            raise InputError(f"flexq: activation rows padded to {xp.rows_pad}, not a multiple "
+                             f"of the config's {cfg.block_tokens} tokens")
+        g = self.groups
+        shape = (m, self.n, g) if out == "int" else (m, self.n)
+        dtype = {"int": cp.int32, "float16": cp.float16, "float32": cp.float32}[out]
+        if y is None:
+            y = cp.empty(shape, dtype=dtype)
+        elif y.shape != shape or y.dtype != dtype or not y.flags.c_contiguous:
+            raise InputError(f"flexq: y must be a C-contiguous {np.dtype(dtype)} array of "
+                             f"shape {shape}, got {y.dtype} {y.shape}")
+        n_wtiles = self.w.planes.shape[0]
+        smem = 0 if out == "int" else cfg.wk * cfg.block_tokens * cfg.block_rows * 4
+        fn = _kernel(self.singles, _gemm_name(xp.bits, cfg, out), smem)
+        grid = (-(-n_wtiles // (cfg.rt * cfg.wr)), xp.rows_pad // cfg.block_tokens)
+        fn(grid, (cfg.wr * cfg.wk * 32,),
+           (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
+            np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
+            np.int32(xp.rows_pad)), shared_mem=smem)
+        return y
+
+    def __call__(self, x, *, act_bits: int | None = None, out: str = "float16", config=None,
+                 check_finite: bool = False, y=None):
+        """``y = x @ w.T`` (M, N), FP16 by default. ``check_finite`` syncs to refuse NaN/Inf."""
+        cfg = config or choose_config(x.shape[0], self.n, self.groups)
+        xp = self.quantize_activations(x, act_bits=act_bits, config=cfg, check_finite=check_finite)
+        return self.matmul_planes(xp, out=out, config=cfg, y=y)

@@ -1,0 +1,274 @@
+"""NestedFP: one FP16 weight copy as two byte planes, GEMM in FP16 or FP8 per call (CuPy).
+
+Source: 004_a14d4b71d1ae7c1e.txt Sec. 4.2-4.3, 5.2. ``NestedFPLinear(w)`` checks the layer's
+eligibility (every ``|w| <= threshold``), splits eligible FP16 weights on the GPU into the
+upper (E4M3 of 256 w) and lower byte planes and drops the FP16 copy; an ineligible layer
+keeps its FP16 weights and runs cuBLAS FP16 in both modes (the paper's exception layers).
+``layer(x, mode='fp16')`` reconstructs FP16 weights in registers before a ``wgmma`` with A
+from registers; ``layer(x, mode='fp8')`` quantizes activations per token to E4M3 and runs
+an FP8 ``wgmma`` on the upper plane alone, times ``scale * 2**-8``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mactile.golden.block import InputError
+from mactile.golden.nestedfp import PAPER_THRESHOLD
+
+from .. import prebuilt, runtime
+from .codegen import TOKEN_TILES, wgmma_source
+
+__all__ = ["NestedFPLinear", "NfpConfig", "choose_config", "KPERM", "unpermute_k",
+           "MODES", "split_planes", "quantize_e4m3"]
+
+_SRC = Path(__file__).with_name("nestedfp.cu")
+MODES = ("fp16", "fp8")
+#: Physical byte p of every 16-wide K chunk holds logical k = KPERM[p] (see nestedfp.cu).
+KPERM = np.array([2 * (p >> 2) + (p & 1) + ((p & 2) << 2) for p in range(16)])
+ROW_PAD = 128
+K_PAD = 128
+_SMS = 132  # H100 SXM multiprocessors (only used to size split-K; correctness never depends on it)
+_SMEM_PER_SM = 228 * 1024
+
+
+def unpermute_k(a):
+    """Undo the in-chunk K permutation of a plane or FP8 activation matrix (NumPy)."""
+    a = np.asarray(a)
+    r, kp = a.shape
+    out = np.empty_like(a)
+    out.reshape(r, kp // 16, 16)[:, :, KPERM] = a.reshape(r, kp // 16, 16)
+    return out
+
+
+@dataclass(frozen=True)
+class NfpConfig:
+    """GEMM shape: WG consumer warpgroups (64 weight rows each), BN tokens per tile,
+    STAGES shared-memory stages, SPLIT K splits (>1: FP32 workspace reduction)."""
+
+    wg: int
+    bn: int
+    stages: int
+    split: int = 1
+
+    def __post_init__(self):
+        if self.wg not in (1, 2):
+            raise ValueError(f"NfpConfig.wg must be 1 or 2, got {self.wg}")
+        if self.bn not in TOKEN_TILES:
+            raise ValueError(f"NfpConfig.bn must be one of {TOKEN_TILES}, got {self.bn}")
+        if not 3 <= self.stages <= 8:
+            raise ValueError(f"NfpConfig.stages must lie in [3, 8], got {self.stages}")
+        if self.split < 1:
+            raise ValueError(f"NfpConfig.split must be >= 1, got {self.split}")
+
+    def smem(self, mode: str) -> int:
+        bw = 64 * self.wg
+        xb = self.bn * 128
+        wb = 2 * bw * 80 if mode == "fp16" else bw * 128
+        stage = -(-(xb + wb) // 1024) * 1024
+        return stage * self.stages + 1024
+
+
+def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
+    """Default tile shape; K is split when the tiles would leave block slots of the SMs idle."""
+    kp = -(-k // K_PAD) * K_PAD
+    bk = 64 if mode == "fp16" else 128
+    kt = kp // bk
+    if m <= 64:
+        bn = next(t for t in TOKEN_TILES if t >= m)
+        cfg = NfpConfig(wg=1, bn=bn, stages=6 if mode == "fp16" else 8)
+    elif m <= 256:
+        cfg = NfpConfig(wg=2, bn=128, stages=3 if mode == "fp16" else 4)
+    else:
+        cfg = NfpConfig(wg=2, bn=256, stages=4)
+    tiles = -(-n // (64 * cfg.wg)) * -(-m // cfg.bn)
+    per_sm = max(1, _SMEM_PER_SM // cfg.smem(mode))
+    split = 1
+    if tiles < per_sm * _SMS:  # fewer tiles than resident block slots: split K
+        split = max(1, min(kt // 2, -(-per_sm * _SMS // tiles)))
+    if split > 1:
+        ktps = -(-kt // split)
+        split = -(-kt // ktps)
+    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split)
+
+
+def _source() -> str:
+    return _SRC.read_text().replace("NESTEDFP_GENERATED_WGMMA", wgmma_source())
+
+
+def _kernel(name: str, smem: int = 0):
+    return prebuilt.get_kernel(_source(), name, max_dynamic_smem=smem)
+
+
+def _gemm_name(mode: str, cfg: NfpConfig, split: bool) -> str:
+    return (f"nfp::nestedfp_gemm<{MODES.index(mode)}, {cfg.wg}, {cfg.bn}, {cfg.stages}, "
+            f"{'true' if split else 'false'}>")
+
+
+#: Tile shapes the tests use besides :func:`choose_config`'s (wg, bn, stages, split).
+TEST_CONFIGS = ((1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
+                (2, 128, 4, 2), (1, 8, 5, 2))
+BENCH_M = (1, 8, 64, 256, 1024, 2048)
+BENCH_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (8192, 8192))
+
+
+def prebuilt_jobs():
+    """(source, names) for :mod:`mactile.gpu.prebuilt` (tests' and benchmarks' shapes)."""
+    names = {"nfp::nestedfp_split", "nfp::nestedfp_quant_e4m3"}
+    for mode in MODES:
+        for m in BENCH_M + (37, 300, 5):
+            for n, k in BENCH_SHAPES + ((128, 256), (200, 272), (384, 1024), (136, 512)):
+                c = choose_config(m, n, k, mode)
+                names.add(_gemm_name(mode, NfpConfig(c.wg, c.bn, c.stages), c.split > 1))
+        for t in TEST_CONFIGS:
+            for sp in (False, True):
+                names.add(_gemm_name(mode, NfpConfig(*t), sp))
+    return [(_source(), sorted(names))]
+
+
+def split_planes(w):
+    """Split FP16 weights (CuPy (N, K)) into padded, K-permuted (upper, lower) uint8 planes."""
+    cp = runtime.require_cupy()
+    n, k = w.shape
+    np_, kp = -(-n // ROW_PAD) * ROW_PAD, -(-k // K_PAD) * K_PAD
+    upper = cp.empty((np_, kp), dtype=cp.uint8)
+    lower = cp.empty((np_, kp), dtype=cp.uint8)
+    flag = cp.zeros(1, dtype=cp.int32)
+    total = np_ * (kp // 16)
+    _kernel("nfp::nestedfp_split")(((total + 255) // 256,), (256,),
+                                   (w.view(cp.uint16), np.int32(n), np.int32(k), np.int32(np_),
+                                    np.int32(kp), upper, lower, flag))
+    if int(flag.get()[0]):
+        raise InputError("nestedfp: a weight has |w| >= 2 (FP16 exponent MSB set); "
+                         "keep this layer in FP16")
+    return upper, lower
+
+
+def quantize_e4m3(x, kp: int, *, check_finite: bool = True, into=None, flag=None):
+    """Per-token E4M3 codes (CuPy uint8 (M, kp), K-permuted, zero-padded) and FP32 scales.
+
+    ``into=(codes, scales)`` and ``flag`` (int32 (1,)) are optional preallocated buffers."""
+    cp = runtime.require_cupy()
+    m, k = x.shape
+    if into is None:
+        xq = cp.empty((m, kp), dtype=cp.uint8)
+        sc = cp.empty((m,), dtype=cp.float32)
+    else:
+        xq, sc = into
+    if flag is None:
+        flag = cp.zeros(1, dtype=cp.int32)
+    elif check_finite:
+        flag.fill(0)
+    _kernel("nfp::nestedfp_quant_e4m3")((m,), (256,),
+                                        (x, np.int32(m), np.int32(k), np.int32(x.shape[1]),
+                                         np.int32(kp), xq, sc, flag))
+    if check_finite and int(flag.get()[0]):
+        raise InputError("nestedfp: activations hold NaN or Inf")
+    return xq, sc
+
+
+class NestedFPLinear:
+    """``y = x @ w.T`` from one 16-bit weight copy, in FP16 or FP8 mode per call.
+
+    Parameters
+    ----------
+    weight : CuPy float16 (N, K), K a multiple of 16.
+    threshold : eligibility limit on ``|w|`` (default the paper's 1.75).
+    keep_fp16 : keep the FP16 copy as well (tests only; NestedFP's point is not to).
+    """
+
+    def __init__(self, weight, *, threshold: float = PAPER_THRESHOLD, keep_fp16: bool = False):
+        cp = runtime.require_cupy()
+        if not isinstance(weight, cp.ndarray) or weight.dtype != cp.float16 or weight.ndim != 2:
+            raise InputError("nestedfp: weight must be a 2-d CuPy float16 array, got "
+                             f"{type(weight).__name__} {getattr(weight, 'dtype', '')} "
+                             f"{getattr(weight, 'shape', '')}")
+        if not 0 < threshold < 1.9375:
+            raise ValueError(f"nestedfp: threshold must lie in (0, 1.9375), got {threshold}")
+        n, k = weight.shape
+        if n == 0 or k == 0 or k % 16:
+            raise InputError(f"nestedfp: K = {k} must be a positive multiple of 16 (N = {n})")
+        weight = cp.ascontiguousarray(weight)
+        self.n, self.k = n, k
+        self.kp = -(-k // K_PAD) * K_PAD
+        self.threshold = float(threshold)
+        # Golden nestedfp_eligible: every |w| <= threshold (NaN makes a layer ineligible).
+        amax = cp.abs(weight.astype(cp.float32)).max()
+        self.eligible = bool(amax <= threshold)
+        self.upper = self.lower = None
+        self.weight = weight if (keep_fp16 or not self.eligible) else None
+        if self.eligible:
+            self.upper, self.lower = split_planes(weight)
+        self._ws = None
+        self._counters = None
+        self._fp8: dict = {}  # reused E4M3 activation buffers per M
+        self._flag = cp.zeros(1, dtype=cp.int32)
+        self._dummy_f = cp.zeros(1, dtype=cp.float32)
+        self._dummy_i = cp.zeros(1, dtype=cp.int32)
+
+    def planes(self):
+        """The (upper, lower) planes as NumPy (N, K) in plain K order (for checks)."""
+        if not self.eligible:
+            raise ValueError("nestedfp: this layer is not eligible; it has no planes")
+        u = unpermute_k(self.upper.get())[: self.n, : self.k]
+        lo = unpermute_k(self.lower.get())[: self.n, : self.k]
+        return u, lo
+
+    def _workspace(self, m: int, tiles: int):
+        cp = runtime.require_cupy()
+        if self._ws is None or self._ws.shape[0] < m:
+            self._ws = cp.zeros((m, self.n), dtype=cp.float32)
+        if self._counters is None or self._counters.size < tiles:
+            self._counters = cp.zeros(tiles, dtype=cp.int32)
+        return self._ws, self._counters
+
+    def __call__(self, x, *, mode: str = "fp16", config: NfpConfig | None = None,
+                 check_finite: bool = False, y=None):
+        """``x``: CuPy float16 (M, K). Returns float16 (M, N) (into ``y`` when given)."""
+        cp = runtime.require_cupy()
+        if mode not in MODES:
+            raise ValueError(f"nestedfp: mode must be one of {MODES}, got {mode!r}")
+        if not isinstance(x, cp.ndarray) or x.dtype != cp.float16 or x.ndim != 2:
+            raise InputError("nestedfp: activations must be a 2-d CuPy float16 array")
+        if x.shape[1] != self.k or x.shape[0] == 0:
+            raise InputError(f"nestedfp: activations {x.shape} do not match K = {self.k}")
+        x = cp.ascontiguousarray(x)
+        m = x.shape[0]
+        if y is None:
+            y = cp.empty((m, self.n), dtype=cp.float16)
+        elif y.shape != (m, self.n) or y.dtype != cp.float16 or not y.flags.c_contiguous:
+            raise InputError(f"nestedfp: y must be a C-contiguous float16 array of shape "
+                             f"{(m, self.n)}, got {y.dtype} {y.shape}")
+        if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
+            cp.matmul(x, self.weight.T, out=y)
+            return y
+        cfg = config or choose_config(m, self.n, self.k, mode)
+        bk = 64 if mode == "fp16" else 128
+        kt = self.kp // bk
+        ktps = -(-kt // cfg.split)
+        splits = -(-kt // ktps)
+        grid = (self.upper.shape[0] // (64 * cfg.wg), -(-m // cfg.bn), splits)
+        if splits > 1:
+            ws, cnt = self._workspace(m, grid[0] * grid[1])
+        else:
+            ws, cnt = self._dummy_f, self._dummy_i  # unused
+        if mode == "fp16":
+            xsrc, xs = x, self._dummy_f
+        else:
+            buf = self._fp8.get(m)
+            if buf is None:
+                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
+                                      cp.empty((m,), dtype=cp.float32))
+            xsrc, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf,
+                                     flag=self._flag)
+        smem = cfg.smem(mode)
+        fn = _kernel(_gemm_name(mode, cfg, splits > 1), smem)
+        if smem <= 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        fn(grid, (128 * cfg.wg,),
+           (self.upper, self.lower, xsrc, xs, y, ws, cnt, np.int32(m), np.int32(self.n),
+            np.int32(self.k), np.int32(self.kp), np.int32(x.shape[1]), np.int32(ktps)),
+           shared_mem=smem)
+        return y

@@ -1,0 +1,327 @@
+"""Runtime helpers shared by every mactile GPU kernel (CuPy RawModule based).
+
+What lives here, so that each kernel module stays short and so that other kernel
+families (FlexQ, NestedFP) reuse the same plumbing:
+
+* :func:`require_cupy` / :func:`gpu_available` -- import CuPy lazily, with one clear
+  message naming what is missing (CuPy, a driver, a GPU);
+* :func:`load_source` / :func:`compile_module` -- read ``.cu`` templates next to this
+  file, prepend generated constants, compile once per (source, options, names) with
+  NVRTC through ``cupy.RawModule`` and keep the module in a process cache;
+* :data:`NVRTC_OPTIONS` -- the options known to work on the lent Hopper machines
+  (``-arch=sm_90a -std=c++17``; no jitify, no nvcc backend);
+* :func:`check_launch` -- synchronise-free error check after a launch (CUDA reports a
+  bad launch configuration at launch time and an illegal address at the next sync;
+  :func:`check_launch` with ``sync=True`` catches both and names the kernel);
+* :func:`device_info` / :func:`versions` -- what every benchmark record must carry;
+* :func:`nvcc_check` -- compile a source with the local ``nvcc`` for sm_90a and return
+  the ptxas resource report (registers, spills, shared memory), for the
+  "compile and inspect locally before spending device time" workflow.
+
+Nothing here imports CuPy at module import time.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "GpuUnavailable", "require_cupy", "gpu_available", "gpu_skip_reason",
+    "NVRTC_OPTIONS", "KERNEL_DIR", "load_source", "compile_module", "get_function",
+    "check_launch", "device_info", "sm_count", "versions", "nvcc_check", "NvccReport", "ceil_div",
+]
+
+#: Folder of the ``.cu`` templates.
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+#: NVRTC options verified on the lent H100/H200 (TOOLCHAIN.md): sm_90a enables wgmma and
+#: setmaxnreg; ``-std=c++17`` for ``if constexpr``. Fast-math stays off on purpose: the
+#: quantizers must reproduce the golden FP32 op order bit for bit.
+NVRTC_OPTIONS: tuple[str, ...] = ("-arch=sm_90a", "-std=c++17")
+
+
+class GpuUnavailable(RuntimeError):
+    """CuPy, the CUDA driver or a GPU is missing (the message says which)."""
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> tuple[object | None, str]:
+    try:
+        import cupy  # noqa: F401
+    except Exception as e:  # ImportError, or a broken CUDA install raising at import
+        return None, f"CuPy is not importable ({type(e).__name__}: {e}); install mactile[gpu]"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return None, f"CuPy found no usable CUDA driver/GPU ({type(e).__name__}: {e})"
+    if n < 1:
+        return None, "CuPy sees no CUDA device"
+    return cupy, ""
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    return _probe()[0] is not None
+
+
+def gpu_skip_reason() -> str:
+    """Why GPU work cannot run here ('' when it can); used for pytest skips."""
+    return _probe()[1]
+
+
+def require_cupy():
+    """Return the ``cupy`` module or raise :class:`GpuUnavailable` naming the problem."""
+    cp, why = _probe()
+    if cp is None:
+        raise GpuUnavailable(why)
+    return cp
+
+
+# --------------------------------------------------------------------------- compile
+def load_source(*names: str, prelude: str = "") -> str:
+    """Concatenate ``prelude`` and the named ``.cu``/``.cuh`` files of :data:`KERNEL_DIR`.
+
+    ``#include "x.cuh"`` lines of those files are inlined (NVRTC gets no include path
+    for our folder), once each.
+    """
+    seen: set[str] = set()
+
+    def read(name: str) -> str:
+        if name in seen:
+            return ""
+        seen.add(name)
+        path = KERNEL_DIR / name
+        if not path.exists():
+            raise FileNotFoundError(f"kernel source {name!r} not found in {KERNEL_DIR}")
+        text = path.read_text()
+        return re.sub(r'^#include\s+"([^"]+)"\s*$', lambda m: read(m.group(1)), text, flags=re.M)
+
+    return prelude + "\n" + "".join(read(n) for n in names)
+
+
+_MODULES: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+def compile_module(source: str, *, name_expressions: tuple[str, ...] = (),
+                   options: tuple[str, ...] = NVRTC_OPTIONS):
+    """Compile ``source`` with NVRTC (``cupy.RawModule``), cached per process.
+
+    CuPy also caches the binary on disk (``CUPY_CACHE_DIR``), so a second process pays
+    no compile time. ``name_expressions`` lists the template instantiations to emit.
+    """
+    cp = require_cupy()
+    key = hashlib.sha256("\0".join((source,) + tuple(name_expressions) + tuple(options))
+                         .encode()).hexdigest()
+    with _LOCK:
+        mod = _MODULES.get(key)
+        if mod is None:
+            mod = cp.RawModule(code=source, options=tuple(options),
+                               name_expressions=tuple(name_expressions) or None)
+            try:
+                mod.compile()
+            except Exception as e:  # NVRTC log is in the message; add which module
+                raise RuntimeError(f"NVRTC compile failed for a module with kernels "
+                                   f"{list(name_expressions)[:4]}...: {e}") from e
+            _MODULES[key] = mod
+    return mod
+
+
+def get_function(module, name: str, *, max_dynamic_smem: int = 0):
+    """Fetch a kernel from a compiled module; raise its dynamic shared-memory limit when
+    it needs more than the default 48 KB."""
+    fn = module.get_function(name)
+    if max_dynamic_smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = int(max_dynamic_smem)
+    return fn
+
+
+def check_launch(name: str, *, sync: bool = False) -> None:
+    """Raise a ``RuntimeError`` naming ``name`` if the last launch (or, with ``sync``,
+    anything before the sync) failed. ``cudaPeekAtLastError`` costs nothing."""
+    cp = require_cupy()
+    rt = cp.cuda.runtime
+    try:
+        err = rt.peekAtLastError() if hasattr(rt, "peekAtLastError") else 0
+        if err:
+            raise RuntimeError(f"{name}: launch failed: {rt.getErrorString(err)}")
+        if sync:
+            cp.cuda.get_current_stream().synchronize()
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        raise RuntimeError(f"{name}: CUDA error: {e}") from e
+
+
+# --------------------------------------------------------------------------- info
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple:
+    return tuple(_versions_uncached().items())
+
+
+def versions() -> dict[str, str]:
+    """Versions of everything that influences a measured number (missing ones omitted;
+    read once per process)."""
+    return dict(_versions())
+
+
+def _versions_uncached() -> dict[str, str]:
+    out: dict[str, str] = {"python": platform.python_version()}
+    try:
+        import numpy
+        out["numpy"] = numpy.__version__
+    except Exception:
+        pass
+    try:
+        from mactile import __version__
+        out["mactile"] = __version__
+    except Exception:
+        pass
+    cp = _probe()[0]
+    if cp is not None:
+        out["cupy"] = cp.__version__
+        rt = cp.cuda.runtime
+        out["cuda_runtime"] = _fmt_cuda(rt.runtimeGetVersion())
+        out["cuda_driver_api"] = _fmt_cuda(rt.driverGetVersion())
+        try:
+            out["nvrtc"] = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
+        except Exception:
+            pass
+    try:
+        import torch
+        out["torch"] = torch.__version__
+        if torch.version.cuda:
+            out["torch_cuda"] = torch.version.cuda
+    except Exception:
+        pass
+    drv = _nvidia_smi_driver()
+    if drv:
+        out["driver"] = drv
+    return out
+
+
+def _fmt_cuda(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _nvidia_smi_driver() -> str:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return ""
+    try:
+        r = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
+    except Exception:
+        return ""
+
+
+@functools.lru_cache(maxsize=16)
+def _device_static(dev_id: int) -> tuple:
+    cp = require_cupy()
+    p = cp.cuda.runtime.getDeviceProperties(dev_id)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+    return tuple({
+        "name": name,
+        "index": dev_id,
+        "compute_capability": f"{p['major']}.{p['minor']}",
+        "sm_count": int(p["multiProcessorCount"]),
+        "l2_bytes": int(p["l2CacheSize"]),
+        "smem_per_block_optin": int(p.get("sharedMemPerBlockOptin", 0)),
+        "smem_per_sm": int(p.get("sharedMemPerMultiprocessor", 0)),
+        "global_mem_bytes": int(p["totalGlobalMem"]),
+        "clock_khz": int(p.get("clockRate", 0)),
+        "mem_clock_khz": int(p.get("memoryClockRate", 0)),
+        "mem_bus_bits": int(p.get("memoryBusWidth", 0)),
+    }.items())
+
+
+def sm_count(device: int | None = None) -> int:
+    """Multiprocessors of the current (or given) device (cached)."""
+    cp = require_cupy()
+    dev = device if device is not None else cp.cuda.Device().id
+    return dict(_device_static(dev))["sm_count"]
+
+
+def device_info(device: int | None = None) -> dict:
+    """Name, SM count, L2 size, shared-memory limits, clocks, versions and the date, for
+    records (the device part is read once per process)."""
+    cp = require_cupy()
+    dev = device if device is not None else cp.cuda.Device().id
+    out = dict(_device_static(dev))
+    out["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    out["versions"] = versions()
+    return out
+
+
+# --------------------------------------------------------------------------- nvcc
+@dataclass(frozen=True)
+class NvccReport:
+    """ptxas resource usage of every kernel in a compiled source."""
+
+    kernels: dict[str, dict[str, int]]
+    log: str
+
+    def table(self) -> str:
+        rows = [f"{'kernel':<70} regs spill_st spill_ld smem stack"]
+        for k, v in sorted(self.kernels.items()):
+            rows.append(f"{k[:70]:<70} {v.get('registers', 0):>4} {v.get('spill_stores', 0):>8} "
+                        f"{v.get('spill_loads', 0):>8} {v.get('smem', 0):>4} {v.get('stack', 0):>5}")
+        return "\n".join(rows)
+
+
+def nvcc_check(source: str, *, arch: str = "90a", extra: tuple[str, ...] = (),
+               keep_ptx: str | os.PathLike | None = None,
+               cubin_out: str | os.PathLike | None = None) -> NvccReport:
+    """Compile ``source`` with the local ``nvcc`` to a cubin for ``sm_<arch>`` and parse
+    ``-Xptxas -v`` (the cubin is kept at ``cubin_out`` when given). Raises
+    ``RuntimeError`` with the compiler log on failure."""
+    exe = shutil.which("nvcc")
+    if not exe:
+        raise RuntimeError("nvcc is not on PATH")
+    with tempfile.TemporaryDirectory() as td:
+        src = Path(td) / "k.cu"
+        src.write_text(source)
+        cmd = [exe, f"-gencode=arch=compute_{arch},code=sm_{arch}", "-cubin", "-std=c++17",
+               "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(src), *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"nvcc failed:\n{r.stderr[-6000:]}")
+        if cubin_out:
+            shutil.copyfile(Path(td) / "k.cubin", cubin_out)
+        if keep_ptx:
+            subprocess.run([exe, f"-gencode=arch=compute_{arch},code=compute_{arch}", "-ptx",
+                            "-std=c++17", "-o", str(keep_ptx), str(src), *extra], check=True)
+    kernels: dict[str, dict[str, int]] = {}
+    cur = None
+    for line in r.stderr.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            cur = m.group(1)
+            kernels[cur] = {}
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            kernels[cur].update(stack=int(m.group(1)), spill_stores=int(m.group(2)),
+                                spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            kernels[cur]["registers"] = int(m.group(1))
+            m2 = re.search(r"(\d+) bytes smem", line)
+            if m2:
+                kernels[cur]["smem"] = int(m2.group(1))
+    return NvccReport(kernels=kernels, log=r.stderr)

@@ -1,0 +1,139 @@
+"""FlexQ kernels on the GPU against the golden IntGroup / bit-plane identity (marker: gpu)."""
+import numpy as np
+import pytest
+
+from mactile.golden import IntGroup, bitplane_matmul
+from mactile.golden.block import InputError
+from mactile.gpu.flexq.layout import pack_quantized
+
+pytestmark = pytest.mark.gpu
+
+
+def _acts(rng, m, k):
+    """Random FP16 activations with named corner cases: an all-zero group, tiny values
+    (subnormal FP16 scales), one outlier per row, exact .5 ties after division."""
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.01, 8, (m, 1))).astype(np.float16)
+    x[0, :128] = 0
+    if m > 1:
+        x[1, 128:256] = (rng.standard_normal(128) * 1e-6).astype(np.float16)
+    x[:, 5] = 40.0
+    if m > 2:  # scale 40/31 rounded to FP16; put values at (n + 0.5) * scale
+        s = np.float32(np.float16(np.float32(40.0) / np.float32(31)))
+        x[2, :128] = (np.float32(s) * (np.arange(128) % 20 - 9.5)).astype(np.float16)
+        x[2, 5] = 40.0
+    return x
+
+
+@pytest.mark.parametrize("bits,tile", [(6, 8), (8, 8), (6, 16)])
+@pytest.mark.parametrize("rows", [1, 13, 40])
+def test_quantize_pack_bit_exact(cp, rng, bits, tile, rows):
+    from mactile.gpu.flexq.kernels import quantize_pack
+    x = _acts(rng, rows, 384)
+    got = quantize_pack(cp.asarray(x), bits=bits, tile=tile).to_host()
+    ref = pack_quantized(IntGroup(bits=bits).quantize(x), tile=tile)
+    assert np.array_equal(got.planes, ref.planes)
+    assert np.array_equal(got.scales, ref.scales)
+
+
+def _layer(cp, rng, n, k, singles="k128"):
+    from mactile.gpu.flexq.kernels import FlexQLinear
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+    qw = IntGroup(bits=6).quantize(w)
+    return FlexQLinear(qw, singles=singles), qw
+
+
+from mactile.gpu.flexq.kernels import TEST_CONFIGS
+
+CONFIGS = [None, *TEST_CONFIGS]
+
+
+@pytest.mark.parametrize("ba", [6, 8])
+@pytest.mark.parametrize("singles", ["k128", "k256"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+def test_integer_products_bit_exact(cp, rng, ba, singles, cfg):
+    """Per-group integer GEMM before scaling == golden bitplane_matmul (atol 0)."""
+    from mactile.gpu.flexq.kernels import GemmConfig
+    m, n, k = 37, 72, 640
+    layer, qw = _layer(cp, rng, n, k, singles)
+    x = _acts(rng, m, k)
+    config = None if cfg is None else GemmConfig(*cfg)
+    xp = layer.quantize_activations(cp.asarray(x), act_bits=ba, config=config)
+    y = cp.full((m, n, k // 128), -12345, dtype=cp.int32)  # poisoned
+    layer.matmul_planes(xp, out="int", config=config, y=y)
+    got = y.get()
+    iw = IntGroup(bits=6).integers(qw).reshape(n, k)
+    ix = IntGroup(bits=ba).integers(IntGroup(bits=ba).quantize(x)).reshape(m, k)
+    for g in range(k // 128):
+        sl = slice(128 * g, 128 * g + 128)
+        assert np.array_equal(got[:, :, g], bitplane_matmul(ix[:, sl], iw[:, sl], ba, 6)), g
+
+
+def _golden_gemm(x, qw, ba):
+    """Float64 sum_g sx sw Int_g, and sum_g |sx sw Int_g| for the bound."""
+    fx = IntGroup(bits=ba)
+    qx = fx.quantize(x)
+    m, k = x.shape
+    n = qw.shape[0]
+    ix = fx.integers(qx).reshape(m, k).astype(np.float64)
+    iw = IntGroup(bits=6).integers(qw).reshape(n, k).astype(np.float64)
+    sx = qx.scales.view(np.float16).astype(np.float64)
+    sw = qw.scales.view(np.float16).astype(np.float64)
+    ref = np.zeros((m, n))
+    mag = np.zeros((m, n))
+    for g in range(k // 128):
+        sl = slice(128 * g, 128 * g + 128)
+        t = (ix[:, sl] @ iw[:, sl].T) * sx[:, g:g + 1] * sw[:, g][None, :]
+        ref += t
+        mag += np.abs(t)
+    return ref, mag
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 16, 33, 64, 100])
+@pytest.mark.parametrize("ba", [6, 8])
+def test_scaled_output_within_bound(cp, rng, m, ba):
+    """FP32 output: |y - ref| <= (G + 8) * 2^-24 * sum_g |s_x s_w Int_g| (one FMA rounding
+    per group plus the split-K additions); FP16 output adds its own rounding, 2^-11 |y|."""
+    n, k = 136, 1024
+    layer, qw = _layer(cp, rng, n, k)
+    x = _acts(rng, m, k)
+    ref, mag = _golden_gemm(x, qw, ba)
+    bound32 = (k // 128 + 8) * 2.0**-24 * mag
+    y32 = cp.full((m, n), np.nan, dtype=cp.float32)
+    layer(cp.asarray(x), act_bits=ba, out="float32", y=y32)
+    y32 = y32.get().astype(np.float64)
+    assert np.isfinite(y32).all()
+    assert (np.abs(y32 - ref) <= bound32).all(), np.max(np.abs(y32 - ref) / np.maximum(bound32, 1e-30))
+    y16 = cp.full((m, n), np.nan, dtype=cp.float16)
+    layer(cp.asarray(x), act_bits=ba, y=y16)
+    y16 = y16.get().astype(np.float64)
+    assert (np.abs(y16 - ref) <= bound32 * (1 + 2.0**-11) + 2.0**-11 * np.abs(ref) + 2.0**-25).all()
+
+
+def test_gpu_packed_weights_equal_offline(cp, rng):
+    from mactile.gpu.flexq.kernels import FlexQLinear
+    w = (rng.standard_normal((50, 256)) * 0.05).astype(np.float16)
+    a = FlexQLinear(cp.asarray(w))
+    ref = pack_quantized(IntGroup(bits=6).quantize(w), tile=16)
+    assert np.array_equal(a.w.to_host().planes, ref.planes)
+    x = cp.asarray(_acts(rng, 9, 256))
+    b = FlexQLinear(IntGroup(bits=6).quantize(w))
+    assert cp.array_equal(a(x), b(x))
+
+
+def test_errors(cp, rng):
+    from mactile.gpu.flexq.kernels import FlexQLinear
+    layer, _ = _layer(cp, rng, 32, 256)
+    with pytest.raises(InputError, match="not a positive multiple of the group size 128"):
+        layer(cp.zeros((2, 200), dtype=cp.float16))
+    with pytest.raises(InputError, match="activations have K = 384"):
+        layer(cp.zeros((2, 384), dtype=cp.float16))
+    with pytest.raises(InputError, match="2-d float16"):
+        layer(cp.zeros((2, 256), dtype=cp.float32))
+    bad = cp.ones((3, 256), dtype=cp.float16)
+    bad[1, 7] = cp.nan
+    with pytest.raises(InputError, match="NaN or Inf"):
+        layer(bad, check_finite=True)
+    with pytest.raises(ValueError, match="act_bits must be one of"):
+        layer(cp.ones((3, 256), dtype=cp.float16), act_bits=4)
+    with pytest.raises(InputError, match="weights must be 6-bit"):
+        FlexQLinear(IntGroup(bits=8).quantize(np.ones((16, 128), np.float32)))

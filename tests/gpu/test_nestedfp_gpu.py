@@ -1,0 +1,140 @@
+"""NestedFP kernels on the GPU against the golden split/merge and GEMM references (gpu)."""
+import numpy as np
+import pytest
+
+from mactile.golden.block import InputError
+from mactile.golden.fp8token import nestedfp8_matmul_reference, per_token_e4m3
+from mactile.golden.nestedfp import nestedfp_merge, nestedfp_split
+
+pytestmark = pytest.mark.gpu
+
+
+def _all_patterns():
+    """Every FP16 word with the exponent MSB clear (|w| < 2): 32768 values as (128, 256)."""
+    a = np.arange(1 << 16, dtype=np.uint32)
+    a = a[(a & 0x4000) == 0].astype(np.uint16)
+    return a.reshape(128, 256)
+
+
+def test_split_bit_exact_exhaustive(cp):
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    w = _all_patterns().view(np.float16)
+    layer = NestedFPLinear(cp.asarray(w), threshold=1.9)  # eligibility is checked below
+    assert layer.eligible is False  # |w| up to 1.999 > 1.9
+    from mactile.gpu.nestedfp.kernels import split_planes, unpermute_k
+    up, lo = split_planes(cp.asarray(w))
+    gu, gl = nestedfp_split(w)
+    assert np.array_equal(unpermute_k(up.get()), gu)
+    assert np.array_equal(unpermute_k(lo.get()), gl)
+
+
+CFGS = [None, (1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1)]  # in TEST_CONFIGS
+
+
+def _cfg(c):
+    from mactile.gpu.nestedfp.kernels import NfpConfig
+    return None if c is None else NfpConfig(*c)
+
+
+@pytest.mark.parametrize("c", CFGS, ids=str)
+def test_fp16_reconstruction_exact(cp, c):
+    """X = identity: Y = W^T exactly, for every eligible FP16 pattern (|w| <= 1.75)."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    w = _all_patterns().view(np.float16).copy()
+    w[np.abs(w.astype(np.float32)) > 1.75] = np.float16(0.5)
+    layer = NestedFPLinear(cp.asarray(w))
+    assert layer.eligible
+    eye = cp.eye(256, dtype=cp.float16)
+    y = cp.full((256, 128), np.nan, dtype=cp.float16)
+    layer(eye, mode="fp16", config=_cfg(c), y=y)
+    got = y.get().T
+    assert np.array_equal(got.astype(np.float32), w.astype(np.float32))  # -0 reads as +0
+    # and the golden merge of the planes gives the same words
+    u, lo = layer.planes()
+    assert np.array_equal(nestedfp_merge(u, lo), w.view(np.uint16))
+
+
+def _data(rng, m, n, k):
+    x = rng.standard_normal((m, k)).astype(np.float16)
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+    w[0, :3] = [1.75, -1.75, 6e-8]
+    return x, w
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 256), (37, 200, 272), (64, 384, 1024), (300, 136, 512)])
+@pytest.mark.parametrize("c", [None, (1, 16, 3, 1), (2, 128, 4, 2)], ids=str)
+def test_fp16_mode_matches_fp16_gemm(cp, rng, m, n, k, c):
+    """|y - x w^T| <= 2 K 2^-24 sum|x||w| + 2^-11 |ref| (FP32 accumulation in any order,
+    FP16 output rounding); and the same bound against cuBLAS on the original weights."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    x, w = _data(rng, m, n, k)
+    layer = NestedFPLinear(cp.asarray(w))
+    y = cp.full((m, n), np.nan, dtype=cp.float16)
+    layer(cp.asarray(x), mode="fp16", config=_cfg(c), y=y)
+    got = y.get().astype(np.float64)
+    xd, wd = x.astype(np.float64), w.astype(np.float64)
+    ref = xd @ wd.T
+    mag = np.abs(xd) @ np.abs(wd).T
+    bound = 2 * k * 2.0**-24 * mag + 2.0**-11 * np.abs(ref) + 2.0**-24
+    assert (np.abs(got - ref) <= bound).all()
+    cub = (cp.asarray(x) @ cp.asarray(w).T).get().astype(np.float64)
+    assert (np.abs(got - cub) <= 2 * bound).all()
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 256), (37, 200, 272), (64, 384, 1024), (300, 136, 512)])
+@pytest.mark.parametrize("c", [None, (1, 8, 5, 2), (2, 256, 4, 1)], ids=str)
+def test_fp8_mode_matches_golden(cp, rng, m, n, k, c):
+    """E4M3 activations bit-exact with golden; y within 2^-9 sum|x_k u_k| s 2^-8 of the
+    golden FP8 GEMM (Hopper's FP8 wgmma accumulates with fewer bits than FP32) plus FP16
+    output rounding; relative Frobenius error < 2^-10."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear, quantize_e4m3, unpermute_k
+    x, w = _data(rng, m, n, k)
+    layer = NestedFPLinear(cp.asarray(w))
+    xq, sc = quantize_e4m3(cp.asarray(x), layer.kp)
+    codes, scales = per_token_e4m3(x)
+    assert np.array_equal(unpermute_k(xq.get())[:, :k], codes)
+    assert not unpermute_k(xq.get())[:, k:].any()
+    assert np.array_equal(sc.get(), scales)
+    y = cp.full((m, n), np.nan, dtype=cp.float16)
+    layer(cp.asarray(x), mode="fp8", config=_cfg(c), y=y)
+    got = y.get().astype(np.float64)
+    upper, _ = nestedfp_split(w)
+    ref = nestedfp8_matmul_reference(codes, scales, upper)
+    from mactile.golden.elements import FP8_E4M3
+    mag = np.ldexp(np.abs(FP8_E4M3.values[codes]) @ np.abs(FP8_E4M3.values[upper]).T
+                   * scales[:, None].astype(np.float64), -8)
+    err = np.abs(got - ref)
+    print(f"fp8 max err / mag = {np.max(err / np.maximum(mag, 1e-30)):.3g}")
+    assert (err <= 2.0**-9 * mag + 2.0**-11 * np.abs(ref) + 2.0**-24).all()
+    assert np.linalg.norm(got - ref) <= 2.0**-10 * np.linalg.norm(ref)
+
+
+def test_ineligible_layer_falls_back_to_fp16(cp, rng):
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    x, w = _data(rng, 5, 64, 128)
+    w[3, 9] = 1.8
+    layer = NestedFPLinear(cp.asarray(w))
+    assert not layer.eligible and layer.upper is None
+    ref = cp.asarray(x) @ cp.asarray(w).T
+    for mode in ("fp16", "fp8"):
+        assert cp.array_equal(layer(cp.asarray(x), mode=mode), ref)
+    with pytest.raises(ValueError, match="not eligible"):
+        layer.planes()
+    assert NestedFPLinear(cp.asarray(w), threshold=1.8192).eligible  # the authors' limit
+
+
+def test_errors(cp, rng):
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    with pytest.raises(InputError, match="multiple of 16"):
+        NestedFPLinear(cp.zeros((8, 40), dtype=cp.float16))
+    with pytest.raises(InputError, match="float16"):
+        NestedFPLinear(cp.zeros((8, 64), dtype=cp.float32))
+    layer = NestedFPLinear(cp.asarray(_data(rng, 1, 64, 128)[1]))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        layer(cp.zeros((2, 128), dtype=cp.float16), mode="int8")
+    with pytest.raises(InputError, match="do not match K = 128"):
+        layer(cp.zeros((2, 64), dtype=cp.float16))
+    bad = cp.ones((2, 128), dtype=cp.float16)
+    bad[0, 0] = cp.inf
+    with pytest.raises(InputError, match="NaN or Inf"):
+        layer(bad, mode="fp8", check_finite=True)

@@ -1,0 +1,37 @@
+"""NestedFP kernel layout constants, checked on the CPU."""
+import re
+from pathlib import Path
+
+import numpy as np
+
+from mactile.gpu.nestedfp.codegen import wgmma_source
+from mactile.gpu.nestedfp.kernels import KPERM, choose_config, unpermute_k
+
+
+def test_kperm_is_the_mma_fragment_order():
+    """Thread t's four bytes 4t..4t+3 are the f16 A-fragment k = 2t, 2t+1, 2t+8, 2t+9."""
+    for t in range(4):
+        assert list(KPERM[4 * t:4 * t + 4]) == [2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9]
+    assert sorted(KPERM) == list(range(16))
+    src = (Path(__file__).parents[2] / "gpu/nestedfp/nestedfp.cu").read_text()
+    expr = re.search(r"int kperm\(int p\) \{ return (.*?); \}", src).group(1)
+    assert [eval(expr.replace("p", str(p))) for p in range(16)] == list(KPERM)
+
+
+def test_unpermute(rng):
+    a = rng.integers(0, 256, size=(3, 48), dtype=np.uint8)
+    phys = a.reshape(3, 3, 16)[:, :, KPERM].reshape(3, 48)
+    assert np.array_equal(unpermute_k(phys), a)
+
+
+def test_wgmma_source_shapes():
+    src = wgmma_source((8, 256))
+    assert "m64n8k16.f32.f16.f16" in src and "m64n256k32.f32.e4m3.e4m3" in src
+    assert src.count('"+f"(d[') == 2 * (4 + 128)
+
+
+def test_config_choice():
+    c = choose_config(1, 4096, 4096, "fp8")
+    assert c.bn == 8 and c.wg == 1 and c.split > 1
+    c = choose_config(2048, 4096, 4096, "fp16")
+    assert c.bn == 256 and c.wg == 2 and c.split == 1
