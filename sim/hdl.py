@@ -118,6 +118,11 @@ def lint_waivers(component, *, name: str | None = None) -> str:
         lines.append(f"// {rule}: {reason}")
         extra = f' -match "{match}"' if match else ""
         lines.append(f'lint_off -rule {rule} -file "*{name}.v"{extra}')
+    for rule, match, reason in getattr(component, "lint_waivers_extra", ()):
+        # A design's own documented waivers (e.g. input bits a truncating unit never reads).
+        lines.append(f"// {rule}: {reason}")
+        extra = f' -match "{match}"' if match else ""
+        lines.append(f'lint_off -rule {rule} -file "*{name}.v"{extra}')
     stage = tuple(getattr(component, "waveform_signals", ()))
     if stage:
         lines.append("// UNUSEDSIGNAL: named stage signals kept for waveforms (aliases of "

@@ -5,15 +5,17 @@ formatbook, the beneficial ranges and the FP16 field layout.
 """
 from __future__ import annotations
 
+import re
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
 from mactile.golden.dialect import FORMATBOOK, N_DIALECTS, pair_max_half_units
 
 from .logic import Cube, quantize_ranges, range_cubes, stage2_logic
 
-__all__ = ["Pipeline", "parse_registers", "check_block_size", "wire", "max_tree", "sum_tree",
-           "popcount", "sop", "RangeLogic", "split_fp16", "align", "stage1_pair", "Stage2Logic",
-           "RangeCheckQuantizer",
+__all__ = ["Pipeline", "parse_registers", "check_block_size", "wire", "named", "eq_const",
+           "max_tree", "sum_tree", "popcount", "sop", "RangeLogic", "split_fp16", "align",
+           "stage1_pair", "Stage2Logic", "RangeCheckQuantizer", "NamedSignals", "BACKEND_WAIVERS",
            "BLOCK_SIZES", "SE_BITS", "ID_BITS", "CODE_BITS", "FP16_BITS"]
 
 BLOCK_SIZES = (16, 32, 64)
@@ -75,6 +77,7 @@ class Pipeline:
             v = Value.cast(v)
             s = Signal(v.shape(), name=sig_name, reset_less=reset_less)
             domain.__iadd__(s.eq(v))
+            _record(self.m, sig_name)
             return s
 
         out_valid = one(valid, f"{name}_valid", reset_less=not reg)
@@ -91,11 +94,29 @@ class Pipeline:
 # Amaranth expressions are trees: a node used twice is emitted twice, so every shared
 # node (tree levels, a compare used in a select) goes through a named wire.
 def wire(m: Module, value, name: str) -> Signal:
-    """A comb ``Signal`` driven by ``value``."""
+    """A comb ``Signal`` driven by ``value`` (its name is recorded, see :func:`named`)."""
     value = Value.cast(value)
     s = Signal(value.shape(), name=name)
     m.d.comb += s.eq(value)
+    _record(m, name)
     return s
+
+
+def _record(m: Module, name: str) -> None:
+    m.__dict__.setdefault("_mactile_named", []).append(name)
+
+
+def named(m: Module) -> tuple[str, ...]:
+    """Names of the stage and node signals built through :func:`wire` and
+    :class:`Pipeline` in ``m``: Yosys's Verilog backend may leave such an alias unread
+    (its readers use the expression), so they are the component's ``waveform_signals``
+    (lint waivers, docs/sim.md)."""
+    return tuple(m.__dict__.get("_mactile_named", ()))
+
+
+def eq_const(x: Value, v: int) -> Value:
+    """``x == v`` with the constant at the width of ``x`` (no width-mismatch lint)."""
+    return x == Const(v, len(x))
 
 
 def max_tree(m: Module, values: list[Value], name: str) -> Value:
@@ -206,7 +227,7 @@ def stage1_pair(m: Module, mag_max: Value) -> Value:
     width = (len(pmax) - 1).bit_length()
     out = Const(lo_pair, width)
     for k in sorted(range(len(pmax)), key=lambda k: pmax[k]):
-        out = Mux(r == pmax[k], k, out)
+        out = Mux(eq_const(r, pmax[k]), k, out)
     return wire(m, Mux(r > max(pmax), hi_pair, out), "pair")
 
 
@@ -229,15 +250,17 @@ class RangeCheckQuantizer:
         self._gate = {}
         for i, groups in enumerate(self._by_index):
             for rng, ds in groups.items():
-                if len(ds) < N_DIALECTS:
-                    g = Cat(*(dialect == d for d in ds)).any()
+                if len(ds) < N_DIALECTS and i > 0:
+                    g = Cat(*(eq_const(dialect, d) for d in ds)).any()
                     self._gate[(i, rng)] = wire(m, g, f"gate_i{i}_{rng[0]}_{rng[1]}")
 
     def index(self, mag: Value, name: str) -> Value:
         """3-bit index of the nearest value of the block's dialect for one ``Mag_trunc``."""
         logic = RangeLogic(self.m, mag, name)
-        hit = []
+        hit = [None]   # index 0 sets no bit of the binary index: no check needed
         for i, groups in enumerate(self._by_index):
+            if i == 0:
+                continue
             parts = []
             for rng, ds in groups.items():
                 chk = logic.in_range(*rng)
@@ -257,7 +280,7 @@ class Stage2Logic:
     def __init__(self, m: Module, pair: Value):
         self.m = m
         self.logic = stage2_logic()
-        self.sel = [wire(m, pair == k, f"pair_is_{k}") for k in range(N_DIALECTS // 2)]
+        self.sel = [wire(m, eq_const(pair, k), f"pair_is_{k}") for k in range(N_DIALECTS // 2)]
 
     def flags(self, mag: Value, name: str) -> tuple[Value, Value]:
         rl = RangeLogic(self.m, mag, name)
@@ -266,3 +289,30 @@ class Stage2Logic:
         even = (sel & Cat(*ins[0::2])).any()
         odd = (sel & Cat(*ins[1::2])).any()
         return wire(self.m, even, f"{name}_in_even"), wire(self.m, odd, f"{name}_in_odd")
+
+
+#: Lint idioms of Yosys's Verilog backend met by these units' constant comparisons (the
+#: generic ones are in mactile.sim.hdl.AMARANTH_WAIVERS); both are correct Verilog.
+BACKEND_WAIVERS = (
+    ("WIDTHEXPAND", "*Operator * expects * bits on the RHS, but RHS's CONST *",
+     "Yosys's Verilog backend writes constants without leading zero bits (x == 4'hf for a "
+     "5-bit x); Verilog zero-extends them in context"),
+    ("WIDTHTRUNC", "*Logical operator LOGNOT expects 1 bit on the LHS*",
+     "Yosys's Verilog backend writes x == 0 as !x on a vector"),
+    ("WIDTHEXPAND", "*Operator SUB expects * bits on the LHS, but LHS's VARREF *",
+     "Amaranth widens a difference of unsigned values by a sign bit; the backend leaves the "
+     "operands narrow and Verilog extends them in context"),
+)
+
+
+class NamedSignals:
+    """Mixin: ``waveform_signals`` are the names recorded while elaborating (see
+    :func:`named`); elaborates once on first use."""
+
+    @property
+    def waveform_signals(self) -> tuple[str, ...]:
+        """Name patterns (element and level numbers as ``*``) of the named signals."""
+        if getattr(self, "_named", None) is None:
+            from amaranth.hdl import Fragment
+            Fragment.get(self, None)
+        return tuple(sorted({re.sub(r"\d+", "*", n) for n in self._named}))

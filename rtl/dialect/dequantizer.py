@@ -95,11 +95,6 @@ class DialectDequantizer(wiring.Component):
             q = Signal(MAG_BITS, name=f"q_{j}")
             m.d.comb += q.eq(table[idx])
             domain += out.eq(Cat(q, sign))
-        if self.registered:
-            valid = Signal(name="valid_q")
-            m.d.sync += valid.eq(self.valid)
-        else:
-            valid = self.valid
-        m.d.comb += self.out_valid.eq(valid)
+        domain += self.out_valid.eq(self.valid)
         return m
 

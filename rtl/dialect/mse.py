@@ -16,10 +16,10 @@ from amaranth.lib.wiring import In, Out
 from mactile.golden.dialect import FORMATBOOK, N_DIALECTS
 from mactile.golden.dialect_mse import MseFixedPoint
 
-from .common import (CODE_BITS, FP16_BITS, ID_BITS, SE_BITS, Pipeline, RangeCheckQuantizer, align,
-                     RangeLogic, check_block_size, max_tree, parse_registers, split_fp16,
-                     sum_tree,
-                     wire)
+from .common import (BACKEND_WAIVERS, CODE_BITS, FP16_BITS, ID_BITS, SE_BITS, NamedSignals,
+                     Pipeline,
+                     RangeCheckQuantizer, RangeLogic, align, check_block_size, max_tree,
+                     named, parse_registers, split_fp16, sum_tree, wire)
 from .logic import quantize_ranges
 
 __all__ = ["DialectMseSelector", "MSE_BOUNDARIES"]
@@ -50,7 +50,7 @@ def _argmin(m: Module, errors: list[Value]) -> Value:
     return level[0][1]
 
 
-class DialectMseSelector(wiring.Component):
+class DialectMseSelector(NamedSignals, wiring.Component):
     """FP16 block -> (shared exponent field, dialect id by fixed-point MSE, codes).
 
     Parameters
@@ -97,6 +97,16 @@ class DialectMseSelector(wiring.Component):
     def throughput(self) -> float:
         """Blocks accepted per cycle (fully pipelined: one, after the fill)."""
         return 1.0
+
+    @property
+    def lint_waivers_extra(self):
+        """Documented lint waivers of this design (read by ``mactile generate``)."""
+        low = 8 - self.spec.frac_bits
+        if low <= 0:
+            return BACKEND_WAIVERS
+        return BACKEND_WAIVERS + (("UNUSEDSIGNAL", f"*Bits of signal are not used: 'x__*'[{low - 1}:0]*",
+                 f"the MSE selector truncates each scaled magnitude to 3.{self.spec.frac_bits} fixed "
+                 "point: FP16 mantissa bits below that never matter"),)
 
     @property
     def module_name(self) -> str:
@@ -166,4 +176,5 @@ class DialectMseSelector(wiring.Component):
         m.d.comb += [self.out_valid.eq(v), self.se.eq(s["se"]),
                      self.dialect.eq(s["dialect"])]
         m.d.comb += [self.codes[i].eq(c) for i, c in enumerate(s["codes"])]
+        self._named = named(m)
         return m

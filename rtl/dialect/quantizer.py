@@ -13,9 +13,10 @@ from amaranth.lib.wiring import In, Out
 
 from mactile.golden.dialect import CountTie
 
-from .common import (CODE_BITS, FP16_BITS, ID_BITS, SE_BITS, Pipeline, RangeCheckQuantizer, align,
-                     check_block_size, max_tree, parse_registers, popcount, split_fp16,
-                     stage1_pair, Stage2Logic)
+from .common import (BACKEND_WAIVERS, CODE_BITS, FP16_BITS, ID_BITS, SE_BITS, NamedSignals,
+                     Pipeline,
+                     RangeCheckQuantizer, Stage2Logic, align, check_block_size, max_tree,
+                     named, parse_registers, popcount, split_fp16, stage1_pair)
 
 __all__ = ["DialectQuantizer", "QUANTIZER_BOUNDARIES"]
 
@@ -26,7 +27,7 @@ __all__ = ["DialectQuantizer", "QUANTIZER_BOUNDARIES"]
 QUANTIZER_BOUNDARIES = ("exp_max", "align", "pair", "count", "quantize")
 
 
-class DialectQuantizer(wiring.Component):
+class DialectQuantizer(NamedSignals, wiring.Component):
     """FP16 block -> (5-bit shared exponent field, 4-bit dialect id, 4-bit codes).
 
     Parameters
@@ -82,6 +83,16 @@ class DialectQuantizer(wiring.Component):
         return 1.0
 
     @property
+    def lint_waivers_extra(self):
+        """Documented lint waivers of this design (read by ``mactile generate``)."""
+        low = 6
+        if low <= 0:
+            return BACKEND_WAIVERS
+        return BACKEND_WAIVERS + (("UNUSEDSIGNAL", f"*Bits of signal are not used: 'x__*'[{low - 1}:0]*",
+                 "the quantizer truncates each element to Mag_trunc (3.2 fixed point, Figure 5a): "
+                 "the FP16 mantissa bits below the top four never matter"),)
+
+    @property
     def module_name(self) -> str:
         """Verilog module name (parameters in the name, as berkeley-hardfloat does)."""
         return f"dialect_quantizer_b{self.block_size}_{self.count_tie.value}_l{self.latency}"
@@ -125,5 +136,6 @@ class DialectQuantizer(wiring.Component):
         m.d.comb += [self.out_valid.eq(v), self.se.eq(s["se"]),
                      self.dialect.eq(s["dialect"])]
         m.d.comb += [self.codes[i].eq(c) for i, c in enumerate(s["codes"])]
+        self._named = named(m)
         return m
 
