@@ -91,6 +91,44 @@ for _name in ("mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "ma
     DESIGNS[_name] = _mac(_name)
 
 
+# ---- BlockDialect Tables 6-7: on-the-fly activation quantizer, dequantizer, MSE selector ----
+DESIGNS["dialect-quantizer"] = Design(
+    "dialect-quantizer",
+    "DialectFP4 activation quantizer: FP16 block -> shared exponent, dialect (two-stage), "
+    "4-bit codes; pipelined, 1 block/cycle",
+    builder="mactile.rtl.dialect.quantizer:DialectQuantizer",
+    params={"block_size": 32, "count_tie": "even",
+            "registers": "exp_max,align,pair,count,quantize"},
+    reference="BlockDialect (001) Sec. 3.2-3.3, Fig. 5, Table 6", group="blockdialect-table6",
+    bench="mactile.sim.benches.dialect:QuantizerBench")
+DESIGNS["dialect-dequantizer"] = Design(
+    "dialect-dequantizer",
+    "DialectFP4 dequantizer: codes + dialect id -> 5-bit sign-magnitude integers, 1 cycle",
+    builder="mactile.rtl.dialect.dequantizer:DialectDequantizer",
+    params={"block_size": 32, "registered": True},
+    reference="BlockDialect (001) Sec. 3.3, Fig. 6, Table 6", group="blockdialect-table6",
+    bench="mactile.sim.benches.dialect:DequantizerBench")
+DESIGNS["dialect-mse-selector"] = Design(
+    "dialect-mse-selector",
+    "DialectFP4 quantizer choosing the dialect by fixed-point MSE over all 16 dialects "
+    "(Table 7's comparison point)",
+    builder="mactile.rtl.dialect.mse:DialectMseSelector",
+    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6,
+            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
+    reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7",
+    bench="mactile.sim.benches.dialect:MseSelectorBench")
+
+
+DESIGNS["dialect-chain"] = Design(
+    "dialect-chain",
+    "Verification composite: dialect-quantizer -> dialect-dequantizer -> mac-dialectfp4, "
+    "one block dot product per block_size cycles",
+    builder="mactile.rtl.dialect.chain:DialectChain",
+    params={"block_size": 32, "registers": "exp_max,align,pair,count,quantize"},
+    reference="BlockDialect (001) Sec. 3.3, Fig. 5-6, Tables 5-6", group="blockdialect-table6",
+    bench="mactile.sim.benches.dialect:ChainBench")
+
+
 def get_design(name: str) -> Design:
     """The design called ``name``, or a ``ValueError`` listing the known ones."""
     try:

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -210,9 +211,10 @@ VERILATOR_FLAGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "--output-split", "0
 
 
 def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root: Path,
-                     log: Path, *, timing: bool) -> None:
+                     log: Path, *, timing: bool, cxx_opt: str | None = None) -> None:
     """verilator, then make: the commands of cocotb's Verilator runner, with Verilator's
-    runtime objects seeded from the cache between the two steps."""
+    runtime objects seeded from the cache between the two steps. ``cxx_opt`` overrides the
+    optimisation level of the model's own C++ (not of the cached runtime objects)."""
     import cocotb_tools.config as cc
 
     public = build_dir / "public.vlt"
@@ -230,6 +232,8 @@ def _build_verilator(sim: Simulator, sources, build_dir: Path, trace, build_root
             *map(str, sources)]
     make = ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f",
             "Vtop.mk", f"VM_TRACE={int(bool(trace))}"]
+    if cxx_opt:
+        make += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}"]
     env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
     env["PATH"] = sim.path + os.pathsep + env.get("PATH", "")
     runtime = _runtime_cache(build_root, sim, timing)
@@ -250,9 +254,17 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
     wrapper = burst_wrapper(gen, lanes=lanes, depth=depth,
                             clock_period_ns=PERIOD_NS if internal_clock else None)
     layout = Layout(tuple(gen.ports), lanes, depth)
+    # A component may ask for another C++ optimisation level of its Verilator model
+    # (``sim_cxx_opt``, e.g. "-O0" for large gate-level netlists whose -Os compile takes
+    # minutes while the simulation takes seconds).
+    cxx_opt = getattr(component, "sim_cxx_opt", None)
+    if cxx_opt is not None and not re.fullmatch(r"-O[0-3sgz]", str(cxx_opt)):
+        raise ValueError(f"sim_cxx_opt must be a compiler -O level, got {cxx_opt!r}")
     # The folder name carries a hash of everything the build depends on.
     parts = [gen.verilog, wrapper, sim.name, sim.version, str(trace), " ".join(VERILATOR_FLAGS),
              PUBLIC_PORTS_VLT, sys.version]
+    if cxx_opt is not None:
+        parts.append(f"cxx_opt={cxx_opt}")
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     build_dir = build_root / design_name / f"{sim.name}-{gen.module}-L{lanes}x{depth}" \
         f"{'-' + trace if trace else ''}-{key}"
@@ -271,7 +283,7 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
         try:
             if sim.name == "verilator":
                 _build_verilator(sim, sources, build_dir, trace, build_root, log,
-                                 timing=internal_clock)
+                                 timing=internal_clock, cxx_opt=cxx_opt)
             else:
                 runner = get_runner(sim.name)
                 with _tool_path(sim):
