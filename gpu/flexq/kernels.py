@@ -9,6 +9,7 @@ the epilogue.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from .. import prebuilt, runtime
 from .codegen import schedule_source
 from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes
 
-__all__ = ["FlexQLinear", "GemmConfig", "choose_config", "GpuPlanes", "quantize_pack"]
+__all__ = ["FlexQLinear", "GemmConfig", "FusedConfig", "choose_config", "choose_fused",
+           "GpuPlanes", "quantize_pack"]
 
 _SRC = Path(__file__).with_name("flexq.cu")
 WEIGHT_BITS = 6
@@ -66,6 +68,79 @@ def choose_config(m: int, n: int, groups: int) -> GemmConfig:
     return GemmConfig(mt=mt, rt=1, wr=2, wk=4, u=1)
 
 
+@dataclass(frozen=True)
+class FusedConfig:
+    """Shape of the fused small-M kernel (``flexq_fused``): MT token tiles (M <= 8 MT), RT
+    weight tiles per warp, WR x WK warps, U groups per warp and buffer (two buffers in
+    flight), C blocks per cluster sharing the activation quantization, and ``gps`` groups
+    per block (the K split: ``ceil(G / gps)`` blocks along K; None: all groups)."""
+
+    mt: int = 1
+    rt: int = 2
+    wr: int = 4
+    wk: int = 2
+    u: int = 1
+    c: int = 1
+    gps: int | None = None
+
+    def __post_init__(self):
+        for name in ("mt", "rt", "wr", "wk", "u", "c"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"FusedConfig.{name} must be a positive int, got {v!r}")
+        if self.mt > 2:
+            raise ValueError(f"FusedConfig.mt must be 1 or 2 (M <= 16), got {self.mt}")
+        if self.wr * self.wk > 32:
+            raise ValueError(f"FusedConfig: {self.wr * self.wk} warps exceed a block of 1024 threads")
+        if self.c not in (1, 2, 4, 8):
+            raise ValueError(f"FusedConfig.c (cluster size) must be 1, 2, 4 or 8, got {self.c}")
+        if self.gps is not None and (not isinstance(self.gps, int) or self.gps < 1):
+            raise ValueError(f"FusedConfig.gps must be a positive int or None, got {self.gps!r}")
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.rt * self.wr
+
+    @property
+    def block_tokens(self) -> int:
+        return 8 * self.mt
+
+    def groups_per_block(self, groups: int) -> int:
+        return groups if self.gps is None else min(self.gps, groups)
+
+    def grid(self, n_wtiles: int, groups: int) -> tuple[int, int]:
+        gx = -(-n_wtiles // (self.rt * self.wr))
+        gx = -(-gx // self.c) * self.c  # whole clusters
+        return gx, -(-groups // self.groups_per_block(groups))
+
+    def smem(self, bits_a: int, groups: int) -> int:
+        gps = self.groups_per_block(groups)
+        acts = (self.mt * gps * 32 * bits_a + gps * self.block_tokens) * 4
+        red = self.wk * self.block_tokens * self.block_rows * 4
+        return max(acts, red)
+
+
+#: Measured fused-kernel choices per weight shape (N, K) for M <= 8 (filled from the
+#: sweep in docs/results; see docs/gpu.md). Shapes not listed use :func:`choose_fused`'s rule.
+FUSED_TABLE: dict = {}
+
+
+def choose_fused(m: int, n: int, groups: int) -> FusedConfig | None:
+    """Fused-kernel shape for M tokens, or None when M is too large for it (M > 16)."""
+    if m > 16:
+        return None
+    mt = 1 if m <= 8 else 2
+    hit = FUSED_TABLE.get((n, groups * GROUP))
+    if hit is not None and mt == 1:
+        return hit
+    # about 2-4 blocks per SM: 128 weight rows per block, K split to fill the GPU
+    cfg = FusedConfig(mt=mt, rt=2, wr=4, wk=2, u=1, c=4)
+    row_blocks = -(-(-(-n // WEIGHT_TILE)) // (cfg.rt * cfg.wr))
+    splits = max(1, min(groups // 2, -(-(4 * 132) // row_blocks)))
+    gps = -(-groups // splits)
+    return FusedConfig(mt=mt, rt=cfg.rt, wr=cfg.wr, wk=cfg.wk, u=cfg.u, c=cfg.c, gps=gps)
+
+
 @dataclass
 class GpuPlanes:
     """Packed planes on the GPU (layout of :class:`~mactile.gpu.flexq.layout.PackedPlanes`)."""
@@ -102,6 +177,17 @@ def _gemm_name(q: int, cfg: GemmConfig, out: str) -> str:
             f"{cfg.u}, {OUT_KINDS[out]}>")
 
 
+def _fused_name(q: int, cfg: FusedConfig, out: str) -> str:
+    return (f"flexq::flexq_fused<{WEIGHT_BITS}, {q}, {cfg.mt}, {cfg.rt}, {cfg.wr}, {cfg.wk}, "
+            f"{cfg.u}, {cfg.c}, {OUT_KINDS[out]}>")
+
+
+#: Fused-kernel shapes (mt, rt, wr, wk, u, c) the tests and the benchmark sweep use.
+FUSED_TEST = ((1, 2, 4, 2, 1, 4), (1, 1, 2, 3, 2, 1), (2, 1, 4, 2, 1, 2), (1, 2, 2, 2, 2, 8))
+FUSED_SWEEP = ((1, 2, 4, 2, 1, 1), (1, 2, 4, 2, 1, 4), (1, 2, 4, 2, 1, 8), (1, 1, 8, 1, 2, 4),
+               (1, 1, 8, 1, 2, 8), (1, 2, 4, 1, 2, 4), (1, 1, 4, 2, 2, 4), (1, 2, 8, 1, 1, 8),
+               (2, 2, 4, 2, 1, 4))
+
 #: Kernel shapes the tests and the benchmark sweep use besides :func:`choose_config`'s.
 TEST_CONFIGS = ((1, 1, 1, 8, 4), (2, 2, 2, 3, 2), (4, 1, 4, 2, 1), (8, 1, 2, 4, 1), (8, 2, 1, 5, 3))
 SWEEP_CONFIGS = ((8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1), (1, 1, 1, 4, 4),
@@ -124,6 +210,14 @@ def prebuilt_jobs():
             if singles == "k128":
                 names += [_gemm_name(q, c, "float32") for c in defaults]
                 names += [_gemm_name(q, c, "float16") for c in sweep]
+        full = {FusedConfig(*t) for t in FUSED_TEST}
+        full |= {dataclasses.replace(choose_fused(m, 4096, 32), gps=None) for m in (1, 16)}
+        for q in ACT_BITS:
+            for c in full | {FusedConfig(*t) for t in FUSED_SWEEP}:
+                kinds = ("int", "float16", "float32") if c in full else ("float16",)
+                if singles == "k256":
+                    kinds = ("int",) if c == FusedConfig(*FUSED_TEST[0]) else ()
+                names += [_fused_name(q, c, o) for o in kinds]
         jobs.append((_source(singles), names))
     return jobs
 
@@ -225,6 +319,8 @@ class FlexQLinear:
         self.n, self.k = w.rows, w.k
         self._acts: dict = {}  # reused activation buffers per (rows_pad, bits)
         self._flag = cp.zeros(1, dtype=cp.int32)
+        self._ws = None        # fused kernel's split-K FP32 workspace (kept zero between calls)
+        self._counters = None  # and its per-row-block arrival counters
 
     @property
     def groups(self) -> int:
@@ -283,9 +379,57 @@ class FlexQLinear:
             np.int32(xp.rows_pad)), shared_mem=smem)
         return y
 
+    def _fused(self, x, bits: int, out: str, cfg: FusedConfig, check_finite: bool, y):
+        """One launch: quantize + pack in the block prologue, then the GEMM (M <= 8 MT)."""
+        cp = runtime.require_cupy()
+        x = _check_fp16_matrix(cp, x, "activations")
+        m, k = x.shape
+        if k != self.k:
+            raise InputError(f"flexq: activations have K = {k}, weights K = {self.k}")
+        if m > cfg.block_tokens:
+            raise InputError(f"flexq: the fused kernel takes M <= {cfg.block_tokens} with "
+                             f"mt={cfg.mt}, got M = {m}")
+        g = self.groups
+        shape = (m, self.n, g) if out == "int" else (m, self.n)
+        dtype = {"int": cp.int32, "float16": cp.float16, "float32": cp.float32}[out]
+        if y is None:
+            y = cp.empty(shape, dtype=dtype)
+        elif y.shape != shape or y.dtype != dtype or not y.flags.c_contiguous:
+            raise InputError(f"flexq: y must be a C-contiguous {np.dtype(dtype)} array of "
+                             f"shape {shape}, got {y.dtype} {y.shape}")
+        n_wtiles = self.w.planes.shape[0]
+        grid = cfg.grid(n_wtiles, g)
+        if self._ws is None or self._ws.shape[0] < 16:
+            self._ws = cp.zeros((16, self.n), dtype=cp.float32)  # cleared by the last block
+        if self._counters is None or self._counters.size < grid[0]:
+            self._counters = cp.zeros(grid[0], dtype=cp.int32)
+        if check_finite:
+            self._flag.fill(0)
+        smem = cfg.smem(bits, g)
+        fn = _kernel(self.singles, _fused_name(bits, cfg, out), smem)
+        fn(grid, (cfg.wr * cfg.wk * 32,),
+           (self.w.planes, self.w.scales, x, np.int32(x.shape[1]), y, self._ws, self._counters,
+            self._flag, np.int32(m), np.int32(self.n), np.int32(g), np.int32(n_wtiles),
+            np.int32(self.w.rows_pad), np.int32(cfg.groups_per_block(g))), shared_mem=smem)
+        if check_finite and int(self._flag.get()[0]):
+            raise InputError("flexq: input holds NaN or Inf")
+        return y
+
     def __call__(self, x, *, act_bits: int | None = None, out: str = "float16", config=None,
                  check_finite: bool = False, y=None):
-        """``y = x @ w.T`` (M, N), FP16 by default. ``check_finite`` syncs to refuse NaN/Inf."""
+        """``y = x @ w.T`` (M, N), FP16 by default. ``check_finite`` syncs to refuse NaN/Inf.
+
+        M <= 16 (or a :class:`FusedConfig`) runs the fused one-launch kernel; larger M (or a
+        :class:`GemmConfig`) quantizes the activations in a separate launch first."""
+        bits = self.act_bits if act_bits is None else act_bits
+        if bits not in ACT_BITS:
+            raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {bits}")
+        if out not in OUT_KINDS:
+            raise ValueError(f"flexq: out must be one of {tuple(OUT_KINDS)}, got {out!r}")
+        if isinstance(config, FusedConfig) or (config is None and 0 < x.shape[0] <= 16
+                                                and x.ndim == 2):
+            fcfg = config or choose_fused(x.shape[0], self.n, self.groups)
+            return self._fused(x, bits, out, fcfg, check_finite, y)
         cfg = config or choose_config(x.shape[0], self.n, self.groups)
-        xp = self.quantize_activations(x, act_bits=act_bits, config=cfg, check_finite=check_finite)
+        xp = self.quantize_activations(x, act_bits=bits, config=cfg, check_finite=check_finite)
         return self.matmul_planes(xp, out=out, config=cfg, y=y)
