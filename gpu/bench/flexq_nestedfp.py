@@ -169,24 +169,12 @@ def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None, mo
         cp.get_default_memory_pool().free_all_blocks()
 
 
-def _fused_sweep(sname, N, K, M):
-    """FlexQ fused-kernel shapes x K splits (blocks ~ 2, 4, 8 per SM), plus the two-launch
-    path for reference."""
-    from ..flexq.kernels import FUSED_SWEEP, FusedConfig, GemmConfig
-    G = K // 128
-    out = [None, GemmConfig(1, 2, 1, 8, 2)]
-    for t in FUSED_SWEEP:
-        if t[0] * 8 < M or (M <= 8 and t[0] != 1):
-            continue
-        c = FusedConfig(*t)
-        rb = -(-(-(-N // 16)) // (c.rt * c.wr))
-        seen = set()
-        for per_sm in (2, 4, 8):
-            splits = max(1, min(G, -(-per_sm * 132 // rb)))
-            gps = -(-G // splits)
-            if gps not in seen:
-                seen.add(gps)
-                out.append(FusedConfig(*t, gps=gps))
+def _flexq_sweep(sname, N, K, M):
+    """FlexQ at M <= 8: the two-launch GEMM shapes and the fused kernel without a K split
+    (the first sweep's split-K fused shapes all lost; see docs/gpu.md)."""
+    from ..flexq.kernels import FUSED_SWEEP, SWEEP_CONFIGS, FusedConfig, GemmConfig
+    out = [None] + [GemmConfig(*t) for t in SWEEP_CONFIGS if t[0] == 1]
+    out += [FusedConfig(*t) for t in FUSED_SWEEP if t[3] >= 4]
     return out
 
 
@@ -199,7 +187,9 @@ def _stream_sweep(sname, N, K, M, mode):
         base = StreamConfig(*t, fuse=M <= 8)
         rb = 128 * -(-N // 128) // base.block_rows
         auto = base.spans(K, rb)
-        for sps in sorted({auto, max(1, auto // 2)} if M == 1 else {auto}):
+        # few K splits (long blocks; the activations' shared memory caps the span count)
+        few = min(K // 64, 96 // t[0], -(-(K // 64) // max(1, -(-132 // rb))))
+        for sps in sorted({auto, few}):
             out.append(StreamConfig(*t, sps=sps, fuse=M <= 8))
     if mode == "fp8" and M == 8:
         out.append(StreamConfig(1, fuse=False))
@@ -219,7 +209,7 @@ def _large_sweep(sname, N, K, M, mode):
 
 def run_sweeps(dev, peak, cache, records, log, shapes):
     TIMING.update(replays=7, target_replay_us=1000.0)
-    bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(8,), configs=_fused_sweep,
+    bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), configs=_flexq_sweep,
                 act_bits=(6,))
     bench_nested(dev, peak, cache, records, log, shapes=shapes, ms=(1, 64),
                  configs=_stream_sweep)

@@ -9,7 +9,6 @@ the epilogue.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +57,18 @@ class GemmConfig:
         return 8 * self.mt
 
 
+#: Measured two-launch GEMM shapes per weight shape (N, K) for M <= 8 (from the sweeps in
+#: docs/results; docs/gpu.md). Other shapes use (1, 2, 1, 8, 2), the best of the first sweep
+#: on all five benchmark shapes.
+GEMM_TABLE: dict = {}
+
+
 def choose_config(m: int, n: int, groups: int) -> GemmConfig:
     """Default kernel shape for M tokens (the measured choices are in docs/gpu.md)."""
     mt = 1 if m <= 8 else 2 if m <= 16 else 4 if m <= 32 else 8
-    if mt <= 2:
+    if mt == 1:
+        return GEMM_TABLE.get((n, groups * GROUP), GemmConfig(mt=1, rt=2, wr=1, wk=8, u=2))
+    if mt == 2:
         return GemmConfig(mt=mt, rt=1, wr=1, wk=8, u=4)
     if mt == 4:
         return GemmConfig(mt=mt, rt=1, wr=2, wk=4, u=2)
@@ -126,19 +133,11 @@ FUSED_TABLE: dict = {}
 
 
 def choose_fused(m: int, n: int, groups: int) -> FusedConfig | None:
-    """Fused-kernel shape for M tokens, or None when M is too large for it (M > 16)."""
-    if m > 16:
+    """Fused-kernel shape for M tokens where the measured table prefers the fused kernel
+    over the two launches, else None."""
+    if m > 8:
         return None
-    mt = 1 if m <= 8 else 2
-    hit = FUSED_TABLE.get((n, groups * GROUP))
-    if hit is not None and mt == 1:
-        return hit
-    # about 2-4 blocks per SM: 128 weight rows per block, K split to fill the GPU
-    cfg = FusedConfig(mt=mt, rt=2, wr=4, wk=2, u=1, c=4)
-    row_blocks = -(-(-(-n // WEIGHT_TILE)) // (cfg.rt * cfg.wr))
-    splits = max(1, min(groups // 2, -(-(4 * 132) // row_blocks)))
-    gps = -(-groups // splits)
-    return FusedConfig(mt=mt, rt=cfg.rt, wr=cfg.wr, wk=cfg.wk, u=cfg.u, c=cfg.c, gps=gps)
+    return FUSED_TABLE.get((n, groups * GROUP))
 
 
 @dataclass
@@ -184,14 +183,15 @@ def _fused_name(q: int, cfg: FusedConfig, out: str) -> str:
 
 #: Fused-kernel shapes (mt, rt, wr, wk, u, c) the tests and the benchmark sweep use.
 FUSED_TEST = ((1, 2, 4, 2, 1, 4), (1, 1, 2, 3, 2, 1), (2, 1, 4, 2, 1, 2), (1, 2, 2, 2, 2, 8))
-FUSED_SWEEP = ((1, 2, 4, 2, 1, 1), (1, 2, 4, 2, 1, 4), (1, 2, 4, 2, 1, 8), (1, 1, 8, 1, 2, 4),
-               (1, 1, 8, 1, 2, 8), (1, 2, 4, 1, 2, 4), (1, 1, 4, 2, 2, 4), (1, 2, 8, 1, 1, 8),
-               (2, 2, 4, 2, 1, 4))
+FUSED_SWEEP = ((1, 2, 4, 2, 1, 1), (1, 2, 4, 1, 2, 4), (1, 2, 8, 1, 1, 8),
+               (1, 2, 1, 8, 2, 1), (1, 2, 1, 8, 2, 8), (1, 2, 2, 4, 2, 8), (1, 1, 1, 8, 4, 8))
 
 #: Kernel shapes the tests and the benchmark sweep use besides :func:`choose_config`'s.
 TEST_CONFIGS = ((1, 1, 1, 8, 4), (2, 2, 2, 3, 2), (4, 1, 4, 2, 1), (8, 1, 2, 4, 1), (8, 2, 1, 5, 3))
 SWEEP_CONFIGS = ((8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1), (1, 1, 1, 4, 4),
-                 (1, 2, 1, 8, 2), (1, 1, 2, 4, 4), (4, 1, 1, 8, 2), (2, 1, 2, 4, 4))
+                 (1, 2, 1, 8, 2), (1, 1, 2, 4, 4), (4, 1, 1, 8, 2), (2, 1, 2, 4, 4),
+                 (1, 2, 1, 8, 4), (1, 4, 1, 8, 1), (1, 4, 1, 8, 2), (1, 1, 1, 8, 4), (1, 2, 2, 4, 2),
+                 (1, 2, 1, 4, 4), (1, 1, 1, 16, 2), (1, 2, 1, 16, 1), (1, 4, 1, 4, 2))
 
 
 def prebuilt_jobs():
@@ -211,7 +211,6 @@ def prebuilt_jobs():
                 names += [_gemm_name(q, c, "float32") for c in defaults]
                 names += [_gemm_name(q, c, "float16") for c in sweep]
         full = {FusedConfig(*t) for t in FUSED_TEST}
-        full |= {dataclasses.replace(choose_fused(m, 4096, 32), gps=None) for m in (1, 16)}
         for q in ACT_BITS:
             for c in full | {FusedConfig(*t) for t in FUSED_SWEEP}:
                 kinds = ("int", "float16", "float32") if c in full else ("float16",)
@@ -419,16 +418,18 @@ class FlexQLinear:
                  check_finite: bool = False, y=None):
         """``y = x @ w.T`` (M, N), FP16 by default. ``check_finite`` syncs to refuse NaN/Inf.
 
-        M <= 16 (or a :class:`FusedConfig`) runs the fused one-launch kernel; larger M (or a
-        :class:`GemmConfig`) quantizes the activations in a separate launch first."""
+        A :class:`FusedConfig` (or a measured :data:`FUSED_TABLE` entry for M <= 8) runs the
+        fused one-launch kernel; otherwise the activations are quantized and packed in a
+        separate launch first (a :class:`GemmConfig` or :func:`choose_config`)."""
         bits = self.act_bits if act_bits is None else act_bits
         if bits not in ACT_BITS:
             raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {bits}")
         if out not in OUT_KINDS:
             raise ValueError(f"flexq: out must be one of {tuple(OUT_KINDS)}, got {out!r}")
-        if isinstance(config, FusedConfig) or (config is None and 0 < x.shape[0] <= 16
-                                                and x.ndim == 2):
-            fcfg = config or choose_fused(x.shape[0], self.n, self.groups)
+        fcfg = config if isinstance(config, FusedConfig) else None
+        if config is None and getattr(x, "ndim", 0) == 2:
+            fcfg = choose_fused(x.shape[0], self.n, self.groups)
+        if fcfg is not None:
             return self._fused(x, bits, out, fcfg, check_finite, y)
         cfg = config or choose_config(x.shape[0], self.n, self.groups)
         xp = self.quantize_activations(x, act_bits=bits, config=cfg, check_finite=check_finite)

@@ -43,13 +43,14 @@ def test_config_choice():
 def test_stream_config():
     from mactile.gpu.nestedfp.kernels import StreamConfig, choose_stream
     assert choose_stream(65, 4096, 4096, "fp16") is None
+    assert choose_stream(8, 4096, 4096, "fp16").nt == 1
     c = choose_stream(8, 4096, 4096, "fp8")
     assert c.nt == 1 and c.fuse
-    assert not choose_stream(9, 4096, 4096, "fp8").fuse
+    assert choose_stream(9, 4096, 4096, "fp8") is None
     sps = c.spans(4096, 4096 // c.block_rows)
     assert 1 <= sps <= 64 and c.smem(sps) <= 227 * 1024
-    for m in range(1, 65):  # shared memory of every default shape fits two blocks per SM
-        c = choose_stream(m, 4096, 14336, "fp16")
+    for nt in range(1, 9):  # shared memory of every automatic span count fits two blocks per SM
+        c = StreamConfig(nt)
         assert c.smem(c.spans(14336, 4096 // c.block_rows)) <= 113 * 1024
     with pytest.raises(ValueError, match="must divide"):
         StreamConfig(nt=1, rt=3, wr=1)
