@@ -204,7 +204,7 @@ def _stream_xq(mode: str, cfg: StreamConfig) -> int:
 #: Streaming shapes (nt, rt, wr, wk, ku) the tests and the benchmark sweep use.
 STREAM_TEST = ((1, 1, 4, 2, 2), (1, 2, 2, 3, 1), (5, 1, 2, 2, 3), (8, 1, 4, 2, 2), (2, 1, 8, 1, 4))
 STREAM_SWEEP = ((1, 1, 4, 2, 2), (1, 2, 4, 1, 2), (1, 1, 8, 1, 2), (1, 1, 1, 8, 2), (1, 2, 1, 4, 2),
-                (1, 1, 2, 4, 4), (8, 1, 8, 1, 2), (8, 2, 4, 1, 2), (8, 1, 4, 2, 2))
+                (8, 1, 8, 1, 2), (8, 2, 4, 1, 2), (8, 1, 4, 2, 2))
 
 #: Tile shapes the tests use besides :func:`choose_config`'s (wg, bn, stages, split).
 TEST_CONFIGS = ((1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
