@@ -67,13 +67,16 @@ def _cfg_repr(c):
     return {k: v for k, v in c.__dict__.items()} | {"kind": type(c).__name__}
 
 
-def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act_bits=(6, 8)):
+def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act_bits=(6, 8),
+                pdl_launch=None):
     cp = require_cupy()
     from ..flexq.kernels import FlexQLinear, GpuPlanes
     rng = cp.random.default_rng(7)
     for sname, (N, K) in shapes.items():
         w16 = (rng.standard_normal((N, K), dtype=cp.float32) * 0.02).astype(cp.float16)
         base = FlexQLinear(w16)
+        if pdl_launch is not None:
+            base.pdl_launch = bool(pdl_launch)
         wbytes = base.w.planes.nbytes + base.w.scales.nbytes
         nset = harness.rotation_count(wbytes, l2_bytes=dev["l2_bytes"])
         layers = [base]
@@ -106,10 +109,10 @@ def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act
                         kernel="flexq", format=f"W6A{ab}", K=K, N=N, M=M, timing=t,
                         bytes_moved=moved, baseline_fp16_us=b16, read_peak_tbps=peak,
                         device=dev, extra={"shape": sname, "rel_err_vs_fp16": err,
-                                           "config": _cfg_repr(cfg),
+                                           "config": _cfg_repr(cfg), "pdl": base.pdl_launch,
                                            **_base_extra(bl)})
                     records.append(rec)
-                    log(f"flexq {sname:9s} M={M:5d} W6A{ab} cfg={_short(cfg)} "
+                    log(f"flexq {sname:9s} M={M:5d} W6A{ab} cfg={_short(cfg)} pdl={int(base.pdl_launch)} "
                         f"{t.median_us:8.2f} us  fp16 {b16 or float('nan'):8.2f}  "
                         f"x{rec['speedup_vs_fp16'] or float('nan'):5.2f}  err {err:.3g}")
             del xs
@@ -237,6 +240,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     quick = "--quick" in argv
     sweep_on = "--sweep" in argv
+    pdl_cmp = "--pdl-compare" in argv
     argv = [a for a in argv if not a.startswith("--")]
     out = Path(argv[0] if argv else "out/bench")
     out.mkdir(parents=True, exist_ok=True)
@@ -255,6 +259,9 @@ def main(argv=None):
     shapes = {k: SHAPES[k] for k in (("o", "square8k") if quick else SHAPES)}
     if sweep_on:
         run_sweeps(dev, peak, cache, records, log, shapes)
+    if pdl_cmp:  # the same default FlexQ GEMM launched without PDL, for comparison
+        bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), act_bits=(6,),
+                    pdl_launch=False)
     sweep = [dict(r, sweep=True) for r in records]
     records = []
     bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=FLEXQ_M)

@@ -66,6 +66,14 @@ FLEXQ_GENERATED_SCHEDULES
 
 namespace flexq {
 
+// Programmatic dependent launch (sm_90): the quantize kernel lets the GEMM grid launch at
+// once; the GEMM waits for the quantize grid's completion (and its memory) only before it
+// reads the activation planes. Both are no-ops for an ordinary launch.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   // Weights are read once: do not keep them in L1 (the paper's "cache eviction").
   uint4 v;
@@ -125,6 +133,7 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
   const long long wid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (wid >= (long long)rows_pad * G) return;  // warp-uniform
   const int row = (int)(wid / G), grp = (int)(wid % G);
+  griddep_launch();
 
   float v[4];
   bool bad = false;
@@ -197,6 +206,16 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
           swf[u][i][0] = __half2float(q[0]);
           swf[u][i][1] = __half2float(q[8]);
         }
+      }
+    }
+    // The weights are in flight; the activation planes come from the quantize launch, which
+    // may still be running when this grid was launched programmatically (PDL). A no-op
+    // otherwise, and after the first iteration.
+    griddep_wait();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int grp = g0 + u * WK;
+      if (grp < G) {
 #pragma unroll
         for (int j = 0; j < MT; ++j) {
           const uint32_t* p = xp + (((long long)(xt0 + j) * G + grp) * 32 + lane) * Q;

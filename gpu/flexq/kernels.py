@@ -16,7 +16,7 @@ import numpy as np
 
 from mactile.golden.block import InputError
 
-from .. import prebuilt, runtime
+from .. import pdl, prebuilt, runtime
 from .codegen import schedule_source
 from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes
 
@@ -58,8 +58,8 @@ class GemmConfig:
 
 
 #: Measured two-launch GEMM shapes per weight shape (N, K) for M <= 8 (from the sweeps in
-#: docs/results; docs/gpu.md). Other shapes use (1, 2, 1, 8, 2), the best of the first sweep
-#: on all five benchmark shapes.
+#: docs/results; docs/gpu.md). Other shapes use (1, 2, 1, 16, 1): 32 rows and 16 warps along
+#: K per block, the best or tied-best of the second sweep on all five benchmark shapes.
 GEMM_TABLE: dict = {}
 
 
@@ -67,7 +67,7 @@ def choose_config(m: int, n: int, groups: int) -> GemmConfig:
     """Default kernel shape for M tokens (the measured choices are in docs/gpu.md)."""
     mt = 1 if m <= 8 else 2 if m <= 16 else 4 if m <= 32 else 8
     if mt == 1:
-        return GEMM_TABLE.get((n, groups * GROUP), GemmConfig(mt=1, rt=2, wr=1, wk=8, u=2))
+        return GEMM_TABLE.get((n, groups * GROUP), GemmConfig(mt=1, rt=2, wr=1, wk=16, u=1))
     if mt == 2:
         return GemmConfig(mt=mt, rt=1, wr=1, wk=8, u=4)
     if mt == 4:
@@ -206,7 +206,7 @@ def prebuilt_jobs():
         names = list(quant)
         for q in ACT_BITS:
             names += [_gemm_name(q, c, "int") for c in defaults + tests]
-            names += [_gemm_name(q, c, "float16") for c in defaults]
+            names += [_gemm_name(q, c, "float16") for c in defaults + tests]
             if singles == "k128":
                 names += [_gemm_name(q, c, "float32") for c in defaults]
                 names += [_gemm_name(q, c, "float16") for c in sweep]
@@ -290,10 +290,19 @@ class FlexQLinear:
         (N, K) array (quantized and packed on the GPU, bit-exact with golden IntGroup).
     act_bits : default activation width, 6 (W6A6) or 8 (W6A8, FlexQ's down_proj).
     singles : how an odd plane pair is issued: 'k128' (m16n8k128) or 'k256' (zero half).
+    pdl_launch : launch the GEMM with programmatic dependent launch after the activation
+        quantize kernel (None: when ``cuda.bindings`` imports); results are identical.
     """
 
-    def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128"):
+    def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128",
+                 pdl_launch: bool | None = None):
         cp = runtime.require_cupy()
+        # Programmatic dependent launch of the GEMM after the activation quantize launch
+        # (the GEMM streams its first weights while the activations are packed); None: when
+        # cuda.bindings is importable.
+        self.pdl_launch = pdl.available() if pdl_launch is None else bool(pdl_launch)
+        if self.pdl_launch and not pdl.available():
+            raise ValueError("flexq: pdl_launch=True needs the cuda-bindings package")
         if act_bits not in ACT_BITS:
             raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {act_bits}")
         if singles not in ("k128", "k256"):
@@ -346,7 +355,8 @@ class FlexQLinear:
         return quantize_pack(x, bits=bits, tile=ACT_TILE, rows_pad=rp, check_finite=check_finite,
                              singles=self.singles, into=buf, flag=self._flag)
 
-    def matmul_planes(self, xp: GpuPlanes, *, out: str = "float16", config=None, y=None):
+    def matmul_planes(self, xp: GpuPlanes, *, out: str = "float16", config=None, y=None,
+                      _pdl: bool = False):
         """GEMM on packed activations; ``out``: 'float16', 'float32' or 'int' (int32
         ``(M, N, groups)`` per-group integer results before scaling). ``y``: optional
         preallocated C-contiguous destination of that dtype and shape."""
@@ -372,10 +382,13 @@ class FlexQLinear:
         smem = 0 if out == "int" else cfg.wk * cfg.block_tokens * cfg.block_rows * 4
         fn = _kernel(self.singles, _gemm_name(xp.bits, cfg, out), smem)
         grid = (-(-n_wtiles // (cfg.rt * cfg.wr)), xp.rows_pad // cfg.block_tokens)
-        fn(grid, (cfg.wr * cfg.wk * 32,),
-           (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
-            np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
-            np.int32(xp.rows_pad)), shared_mem=smem)
+        args = (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
+                np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
+                np.int32(xp.rows_pad))
+        if _pdl:  # only right after this layer's own activation-quantize launch (__call__)
+            pdl.launch(fn, grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)
+        else:
+            fn(grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)
         return y
 
     def _fused(self, x, bits: int, out: str, cfg: FusedConfig, check_finite: bool, y):
@@ -433,4 +446,4 @@ class FlexQLinear:
             return self._fused(x, bits, out, fcfg, check_finite, y)
         cfg = config or choose_config(x.shape[0], self.n, self.groups)
         xp = self.quantize_activations(x, act_bits=bits, config=cfg, check_finite=check_finite)
-        return self.matmul_planes(xp, out=out, config=cfg, y=y)
+        return self.matmul_planes(xp, out=out, config=cfg, y=y, _pdl=self.pdl_launch)

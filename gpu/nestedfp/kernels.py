@@ -98,8 +98,8 @@ def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
     if m <= 64:
         bn = next(t for t in TOKEN_TILES if t >= m)
         cfg = NfpConfig(wg=1, bn=bn, stages=6 if mode == "fp16" else 8)
-    elif m <= 256:  # FP16: the first sweep's best at M = 256 was the 256-token smem-A tile
-        cfg = NfpConfig(wg=2, bn=256, stages=4) if mode == "fp16" else NfpConfig(wg=2, bn=128, stages=4)
+    elif m <= 256:  # FP16: shared-memory A, 5 stages (second sweep's best at M = 256)
+        cfg = NfpConfig(wg=2, bn=128, stages=5 if mode == "fp16" else 4)
     else:
         cfg = NfpConfig(wg=2, bn=256, stages=4)
     tiles = -(-n // (64 * cfg.wg)) * -(-m // cfg.bn)
@@ -164,16 +164,48 @@ class StreamConfig:
 #: kernels were as fast or faster; the streaming kernel re-reads the activations per block).
 STREAM_MAX_M = 8
 #: M up to which FP8 mode quantizes activations inside the streaming kernel (each block
-#: reads its tokens' whole rows for the per-token amax, so the work grows with M).
-FUSE_MAX_M = 8
+#: reads its tokens' whole rows for the per-token amax, so the work grows with M; measured:
+#: fused faster at M = 1, the separate quantize launch faster at M = 8).
+FUSE_MAX_M = 4
+
+
+#: Measured streaming-kernel shapes per (mode, N, K) for M <= 8 (second H100 sweep,
+#: docs/results/flexq_nestedfp_h100_sweep2.log; docs/gpu.md): (nt, rt, wr, wk, ku, sps);
+#: None = the wgmma kernel was faster there.
+STREAM_TABLE: dict = {
+    ("fp16", 6144, 4096): (1, 1, 4, 2, 2, 32),
+    ("fp16", 4096, 4096): (1, 1, 1, 8, 2, 64),
+    ("fp16", 28672, 4096): (1, 1, 1, 8, 2, 64),
+    ("fp16", 4096, 14336): (1, 2, 1, 4, 2, 45),
+    ("fp16", 8192, 8192): (1, 1, 4, 2, 2, 64),
+    ("fp8", 6144, 4096): (1, 1, 8, 1, 2, 6),
+    ("fp8", 4096, 4096): (1, 1, 8, 1, 2, 4),
+    ("fp8", 28672, 4096): None,
+    ("fp8", 4096, 14336): (1, 1, 8, 1, 2, 14),
+    ("fp8", 8192, 8192): (1, 1, 4, 2, 2, 64),
+}
+#: FP16 mode, 8 < M <= 64: shapes where the streaming kernel (nt = 8) beat the wgmma kernel.
+STREAM_TABLE_M64: dict = {
+    ("fp16", 6144, 4096): (8, 1, 8, 1, 2, 12),
+    ("fp16", 4096, 14336): (8, 1, 8, 1, 2, 12),
+}
 
 
 def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
-    """Default streaming-kernel shape for M <= 64 tokens (None above)."""
-    if m > STREAM_MAX_M:
+    """Default streaming-kernel shape, or None where the wgmma kernel serves M."""
+    if m > 64:
         return None
-    nt = -(-m // 8)
-    return StreamConfig(nt=nt, rt=1, wr=4, wk=2, ku=2, fuse=m <= FUSE_MAX_M)
+    fuse = m <= FUSE_MAX_M
+    if m > STREAM_MAX_M:
+        t = STREAM_TABLE_M64.get((mode, n, k))
+        return None if t is None else StreamConfig(*t[:5], sps=t[5], fuse=fuse)
+    key = (mode, n, k)
+    if key in STREAM_TABLE:
+        t = STREAM_TABLE[key]
+        return None if t is None else StreamConfig(*t[:5], sps=t[5], fuse=fuse)
+    if mode == "fp16":  # few K splits, 8 warps along K (the table's common pattern)
+        return StreamConfig(nt=1, rt=1, wr=4, wk=2, ku=2, sps=min(64, -(-k // 64)), fuse=fuse)
+    return StreamConfig(nt=1, rt=1, wr=8, wk=1, ku=2, fuse=fuse)
 
 
 def _source() -> str:
@@ -227,6 +259,8 @@ def prebuilt_jobs():
     stream = {StreamConfig(*t) for t in STREAM_TEST + STREAM_SWEEP}
     stream |= {choose_stream(m, 4096, 4096, "fp16") for m in range(1, STREAM_MAX_M + 1)}
     stream |= {StreamConfig(nt) for nt in range(1, 9)}
+    stream |= {StreamConfig(*t[:5]) for t in list(STREAM_TABLE.values()) + list(STREAM_TABLE_M64.values())
+               if t is not None}
     for c in stream:
         names.add(_stream_name("fp16", 0, c))
         names.add(_stream_name("fp8", 1, c))
@@ -391,9 +425,11 @@ class NestedFPLinear:
         if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
             cp.matmul(x, self.weight.T, out=y)
             return y
-        if isinstance(config, StreamConfig) or (config is None and m <= STREAM_MAX_M):
-            return self._stream(x, mode, config or choose_stream(m, self.n, self.k, mode),
-                                check_finite, y)
+        scfg = config if isinstance(config, StreamConfig) else None
+        if config is None:
+            scfg = choose_stream(m, self.n, self.k, mode)
+        if scfg is not None:
+            return self._stream(x, mode, scfg, check_finite, y)
         cfg = config or choose_config(m, self.n, self.k, mode)
         bk = 64 if mode == "fp16" else 128
         kt = self.kp // bk

@@ -211,3 +211,28 @@ def test_fused_errors(cp, rng):
         layer(cp.ones((9, 256), dtype=cp.float16), config=FusedConfig(mt=1))
     with pytest.raises(ValueError, match="cluster size"):
         FusedConfig(c=3)
+
+
+@pytest.mark.parametrize("cfg", [None, (1, 2, 1, 16, 1), (2, 2, 2, 3, 2)], ids=str)
+def test_pdl_launch_identical(cp, rng, cfg):
+    """The GEMM launched programmatically after the quantize kernel gives the same bits."""
+    from mactile.gpu import pdl
+    from mactile.gpu.flexq.kernels import FlexQLinear, GemmConfig
+    if not pdl.available():
+        pytest.skip("cuda.bindings not importable: no PDL launches")
+    w = (rng.standard_normal((200, 640)) * 0.05).astype(np.float16)
+    qw = IntGroup(bits=6).quantize(w)
+    a = FlexQLinear(qw, pdl_launch=True)
+    b = FlexQLinear(qw, pdl_launch=False)
+    config = None if cfg is None else GemmConfig(*cfg)
+    for m in (1, 8, 13):
+        if config is not None and m > config.block_tokens:
+            continue
+        x = cp.asarray(_acts(rng, m, 640))
+        for out in ("float16", "int"):
+            ya = a(x, out=out, config=config)
+            yb = b(x, out=out, config=config)
+            assert cp.array_equal(ya, yb), (m, out)
+        for _ in range(3):  # back-to-back calls: the next quantize must not overtake the GEMM
+            ya = a(x, config=config)
+        assert cp.array_equal(ya, b(x, config=config))

@@ -44,9 +44,14 @@ def test_stream_config():
     from mactile.gpu.nestedfp.kernels import StreamConfig, choose_stream
     assert choose_stream(65, 4096, 4096, "fp16") is None
     assert choose_stream(8, 4096, 4096, "fp16").nt == 1
-    c = choose_stream(8, 4096, 4096, "fp8")
+    c = choose_stream(1, 4096, 4096, "fp8")
     assert c.nt == 1 and c.fuse
+    assert not choose_stream(8, 4096, 4096, "fp8").fuse
     assert choose_stream(9, 4096, 4096, "fp8") is None
+    assert choose_stream(1, 28672, 4096, "fp8") is None  # the table's wgmma choice
+    assert choose_stream(64, 6144, 4096, "fp16").nt == 8
+    c = choose_stream(3, 1000, 1000, "fp16")  # not in the table
+    assert c.sps == 16
     sps = c.spans(4096, 4096 // c.block_rows)
     assert 1 <= sps <= 64 and c.smem(sps) <= 227 * 1024
     for nt in range(1, 9):  # shared memory of every automatic span count fits two blocks per SM
