@@ -345,6 +345,8 @@ class NestedFPLinear:
         self._counters = None
         self._fp8: dict = {}  # reused E4M3 activation buffers per M
         self._flag = cp.zeros(1, dtype=cp.int32)
+        # The streaming kernel's blocks bulk-prefetch their weight range into L2 at start.
+        self.prefetch = True
         self._dummy_f = cp.zeros(1, dtype=cp.float32)
         self._dummy_i = cp.zeros(1, dtype=cp.int32)
 
@@ -400,7 +402,8 @@ class NestedFPLinear:
         fn(grid, (32 * cfg.wr * cfg.wk,),
            (self.upper, self.lower, xsrc, xs, y, ws, cnt, self._flag, np.int32(m),
             np.int32(self.n), np.int32(self.k), np.int32(self.kp), np.int32(np_),
-            np.int32(x.shape[1]), np.int32(sps)), shared_mem=smem)
+            np.int32(x.shape[1]), np.int32(sps), np.int32(1 if self.prefetch else 0)),
+           shared_mem=smem)
         if check_finite and xq == 1 and int(self._flag.get()[0]):
             raise InputError("nestedfp: activations hold NaN or Inf")
         return y
