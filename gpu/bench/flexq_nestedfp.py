@@ -68,7 +68,7 @@ def _cfg_repr(c):
 
 
 def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act_bits=(6, 8),
-                pdl_launch=None, prefetch=None):
+                pdl_launch=None):
     cp = require_cupy()
     from ..flexq.kernels import FlexQLinear, GpuPlanes
     rng = cp.random.default_rng(7)
@@ -77,8 +77,6 @@ def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act
         base = FlexQLinear(w16)
         if pdl_launch is not None:
             base.pdl_launch = bool(pdl_launch)
-        if prefetch is not None:
-            base.prefetch = bool(prefetch)
         wbytes = base.w.planes.nbytes + base.w.scales.nbytes
         nset = harness.rotation_count(wbytes, l2_bytes=dev["l2_bytes"])
         layers = [base]
@@ -112,10 +110,10 @@ def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act
                         bytes_moved=moved, baseline_fp16_us=b16, read_peak_tbps=peak,
                         device=dev, extra={"shape": sname, "rel_err_vs_fp16": err,
                                            "config": _cfg_repr(cfg), "pdl": base.pdl_launch,
-                                           "prefetch": base.prefetch,
+
                                            **_base_extra(bl)})
                     records.append(rec)
-                    log(f"flexq {sname:9s} M={M:5d} W6A{ab} cfg={_short(cfg)} pdl={int(base.pdl_launch)} pf={int(base.prefetch)} "
+                    log(f"flexq {sname:9s} M={M:5d} W6A{ab} cfg={_short(cfg)} pdl={int(base.pdl_launch)} "
                         f"{t.median_us:8.2f} us  fp16 {b16 or float('nan'):8.2f}  "
                         f"x{rec['speedup_vs_fp16'] or float('nan'):5.2f}  err {err:.3g}")
             del xs
@@ -129,8 +127,7 @@ def _short(c):
     return type(c).__name__[0] + str(tuple(v for v in c.__dict__.values()))
 
 
-def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None, modes=("fp16", "fp8"),
-                 prefetch=None):
+def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None, modes=("fp16", "fp8")):
     cp = require_cupy()
     from ..nestedfp.kernels import NestedFPLinear
     rng = cp.random.default_rng(11)
@@ -139,9 +136,6 @@ def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None, mo
         w16 = [(rng.standard_normal((N, K), dtype=cp.float32) * 0.02).astype(cp.float16)
                for _ in range(nset)]
         layers = [NestedFPLinear(w) for w in w16]
-        if prefetch is not None:
-            for lay in layers:
-                lay.prefetch = bool(prefetch)
         assert all(lay.eligible for lay in layers)
         w0 = w16[0]
         del w16[1:]
@@ -168,11 +162,10 @@ def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None, mo
                         bytes_moved=moved, baseline_fp16_us=b16, read_peak_tbps=peak,
                         device=dev, extra={"shape": sname, "rel_err_vs_fp16": err,
                                            "config": _cfg_repr(cfg),
-                                           "prefetch": layers[0].prefetch,
                                            "tflops": 2 * M * N * K / (t.median_us * 1e-6) / 1e12,
                                            **_base_extra(bl)})
                     records.append(rec)
-                    log(f"nested {sname:9s} M={M:5d} {mode} cfg={_short(cfg)} pf={int(layers[0].prefetch)} "
+                    log(f"nested {sname:9s} M={M:5d} {mode} cfg={_short(cfg)} "
                         f"{t.median_us:8.2f} us  fp16 {b16 or float('nan'):8.2f}  "
                         f"x{rec['speedup_vs_fp16'] or float('nan'):5.2f}  err {err:.3g}")
             del xs
@@ -267,13 +260,10 @@ def main(argv=None):
     shapes = {k: SHAPES[k] for k in (("o", "square8k") if quick else SHAPES)}
     if sweep_on:
         run_sweeps(dev, peak, cache, records, log, shapes)
-    if compare:  # the defaults without PDL / without the L2 bulk prefetch, for comparison
+    if compare:  # the FlexQ default GEMM launched without PDL, for comparison
         TIMING.update(replays=7, target_replay_us=1000.0)
         bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), act_bits=(6,),
                     pdl_launch=False)
-        bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), act_bits=(6,),
-                    pdl_launch=False, prefetch=False)
-        bench_nested(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), prefetch=False)
         TIMING.clear()
     sweep = [dict(r, sweep=True) for r in records]
     records = []

@@ -74,18 +74,6 @@ __device__ __forceinline__ void griddep_launch() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-// Fire-and-forget prefetch of [p, p + bytes) into L2 (sm_90 bulk prefetch; 16-byte granules).
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(p), "r"(bytes) : "memory");
-}
-// Lanes of one warp prefetch [p, p + bytes) in 16 KB pieces (bytes a multiple of 16).
-__device__ __forceinline__ void prefetch_range_warp(const void* p, long long bytes, int lane) {
-  for (long long off = (long long)lane * 16384; off < bytes; off += 32 * 16384) {
-    const long long n = bytes - off < 16384 ? bytes - off : 16384;
-    prefetch_l2(reinterpret_cast<const uint8_t*>(p) + off, (uint32_t)n);
-  }
-}
-
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   // Weights are read once: do not keep them in L1 (the paper's "cache eviction").
   uint4 v;
@@ -176,8 +164,7 @@ __global__ void __launch_bounds__(WR * WK * 32)
 flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
            const uint32_t* xp, const __half* sx,  // not __restrict__: with it NVVM marks their
            // loads invariant and hoists them above griddepcontrol.wait (seen in the SASS)
-           void* __restrict__ out, int M, int N, int G, int n_wtiles, int Npad, int Mpad,
-           int prefetch) {
+           void* __restrict__ out, int M, int N, int G, int n_wtiles, int Npad, int Mpad) {
   constexpr int WW = 2 * P;  // words per lane of one weight tile-group
   constexpr int BROWS = 16 * RT * WR;
   constexpr int BTOK = 8 * MT;
@@ -188,13 +175,11 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
   const int gid = lane >> 2, tig = lane & 3;
   const int wt0 = blockIdx.x * RT * WR + wr * RT;
   const int xt0 = blockIdx.y * MT;
-  if (prefetch && warp == 0) {
-    // The block's weight tiles are one contiguous run: start streaming all of it into L2 at
-    // once (more bytes in flight than the register buffers hold; before the PDL wait).
-    const int t0 = blockIdx.x * RT * WR, t1 = min(t0 + RT * WR, n_wtiles);
-    if (t1 > t0)
-      prefetch_range_warp(wp + (long long)t0 * G * 32 * WW, (long long)(t1 - t0) * G * 32 * WW * 4, lane);
-  }
+  // Programmatic dependent launch: the activation planes come from the quantize launch,
+  // which may still run when this grid starts; wait for it (a no-op for a plain launch).
+  // ptxas places this before the first loads whatever the source order, so what PDL hides
+  // is the launch and ramp-up of this grid, not the first weight loads.
+  griddep_wait();
 
   float facc[RT][MT][4];
 #pragma unroll
@@ -227,17 +212,6 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
           swf[u][i][0] = __half2float(q[0]);
           swf[u][i][1] = __half2float(q[8]);
         }
-      }
-    }
-    // The weights are in flight; the activation planes come from the quantize launch, which
-    // may still be running when this grid was launched programmatically (PDL). A no-op
-    // otherwise. Inside the first iteration's branch so that ptxas does not hoist it above
-    // the weight loads (it does, as a loop invariant, when it is unconditional).
-    if (g0 == wk) griddep_wait();
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int grp = g0 + u * WK;
-      if (grp < G) {
 #pragma unroll
         for (int j = 0; j < MT; ++j) {
           const uint32_t* p = xp + (((long long)(xt0 + j) * G + grp) * 32 + lane) * Q;

@@ -301,8 +301,6 @@ class FlexQLinear:
         # (the GEMM streams its first weights while the activations are packed); None: when
         # cuda.bindings is importable.
         self.pdl_launch = pdl.available() if pdl_launch is None else bool(pdl_launch)
-        # Each GEMM block bulk-prefetches its whole weight range into L2 when it starts.
-        self.prefetch = True
         if self.pdl_launch and not pdl.available():
             raise ValueError("flexq: pdl_launch=True needs the cuda-bindings package")
         if act_bits not in ACT_BITS:
@@ -386,7 +384,7 @@ class FlexQLinear:
         grid = (-(-n_wtiles // (cfg.rt * cfg.wr)), xp.rows_pad // cfg.block_tokens)
         args = (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
                 np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
-                np.int32(xp.rows_pad), np.int32(1 if self.prefetch else 0))
+                np.int32(xp.rows_pad))
         if _pdl:  # only right after this layer's own activation-quantize launch (__call__)
             pdl.launch(fn, grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)
         else:

@@ -164,9 +164,9 @@ class StreamConfig:
 #: kernels were as fast or faster; the streaming kernel re-reads the activations per block).
 STREAM_MAX_M = 8
 #: M up to which FP8 mode quantizes activations inside the streaming kernel (each block
-#: reads its tokens' whole rows for the per-token amax, so the work grows with M; measured:
-#: fused faster at M = 1, the separate quantize launch faster at M = 8).
-FUSE_MAX_M = 4
+#: reads its tokens' whole rows for the per-token amax, so the work grows with M; measured
+#: with the table's shapes: fused faster at M = 1 and M = 8).
+FUSE_MAX_M = 8
 
 
 #: Measured streaming-kernel shapes per (mode, N, K) for M <= 8 (second H100 sweep,
@@ -345,8 +345,6 @@ class NestedFPLinear:
         self._counters = None
         self._fp8: dict = {}  # reused E4M3 activation buffers per M
         self._flag = cp.zeros(1, dtype=cp.int32)
-        # The streaming kernel's blocks bulk-prefetch their weight range into L2 at start.
-        self.prefetch = True
         self._dummy_f = cp.zeros(1, dtype=cp.float32)
         self._dummy_i = cp.zeros(1, dtype=cp.int32)
 
@@ -402,8 +400,7 @@ class NestedFPLinear:
         fn(grid, (32 * cfg.wr * cfg.wk,),
            (self.upper, self.lower, xsrc, xs, y, ws, cnt, self._flag, np.int32(m),
             np.int32(self.n), np.int32(self.k), np.int32(self.kp), np.int32(np_),
-            np.int32(x.shape[1]), np.int32(sps), np.int32(1 if self.prefetch else 0)),
-           shared_mem=smem)
+            np.int32(x.shape[1]), np.int32(sps)), shared_mem=smem)
         if check_finite and xq == 1 and int(self._flag.get()[0]):
             raise InputError("nestedfp: activations hold NaN or Inf")
         return y

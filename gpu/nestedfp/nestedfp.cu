@@ -582,8 +582,7 @@ __global__ void __launch_bounds__(WR * WK * 32, 2)
 nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ lower,
                 const void* __restrict__ xsrc, const float* __restrict__ xscale,
                 __half* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters,
-                int* __restrict__ flag, int M, int N, int K, int Kp, int Np, int ldx, int sps,
-                int prefetch) {
+                int* __restrict__ flag, int M, int N, int K, int Kp, int Np, int ldx, int sps) {
   static_assert(MODE == 0 ? XQ == 0 : XQ != 0, "FP16 mode takes FP16 activations");
   constexpr int NW = WR * WK;
   constexpr int T = NW * 32;
@@ -600,14 +599,6 @@ nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ l
   const int wt0 = (blockIdx.x * WR + wr) * RT;
   const int sp0 = blockIdx.y * sps;
   const int scount = min(sps, Kp / 64 - sp0);
-
-  if (prefetch && tid < BROWS * PL && scount > 0) {
-    // Start streaming the block's whole weight range (one contiguous run per row and plane)
-    // into L2 at once: more bytes in flight than the two register buffers hold.
-    const int row = min(blockIdx.x * BROWS + tid % BROWS, Np - 1);
-    const uint8_t* base = (tid < BROWS ? upper : lower) + (long long)row * Kp + (long long)sp0 * 64;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(base), "r"(scount * 64) : "memory");
-  }
 
   uint4 wa[KU][RT][2][PL], wb[KU][RT][2][PL];
   // Spans of this warp: c = (it * WK + wk) * KU + kk.

@@ -224,7 +224,6 @@ def test_pdl_launch_identical(cp, rng, cfg):
     qw = IntGroup(bits=6).quantize(w)
     a = FlexQLinear(qw, pdl_launch=True)
     b = FlexQLinear(qw, pdl_launch=False)
-    b.prefetch = False  # and without the L2 bulk prefetch
     config = None if cfg is None else GemmConfig(*cfg)
     for m in (1, 8, 13):
         if config is not None and m > config.block_tokens:

@@ -46,7 +46,7 @@ def test_stream_config():
     assert choose_stream(8, 4096, 4096, "fp16").nt == 1
     c = choose_stream(1, 4096, 4096, "fp8")
     assert c.nt == 1 and c.fuse
-    assert not choose_stream(8, 4096, 4096, "fp8").fuse
+    assert choose_stream(8, 4096, 4096, "fp8").fuse
     assert choose_stream(9, 4096, 4096, "fp8") is None
     assert choose_stream(1, 28672, 4096, "fp8") is None  # the table's wgmma choice
     assert choose_stream(64, 6144, 4096, "fp16").nt == 8
