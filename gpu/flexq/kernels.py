@@ -221,6 +221,16 @@ def prebuilt_jobs():
     return jobs
 
 
+_SMS: list = []
+
+
+def _sm_count() -> int:
+    if not _SMS:
+        cp = runtime.require_cupy()
+        _SMS.append(int(cp.cuda.Device().attributes["MultiProcessorCount"]))
+    return _SMS[0]
+
+
 def _check_fp16_matrix(cp, x, what: str):
     if not isinstance(x, cp.ndarray):
         raise InputError(f"flexq: {what} must be a CuPy array, got {type(x).__name__}")
@@ -385,7 +395,12 @@ class FlexQLinear:
         args = (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
                 np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
                 np.int32(xp.rows_pad))
-        if _pdl:  # only right after this layer's own activation-quantize launch (__call__)
+        # PDL only right after this layer's own activation-quantize launch (__call__), and only
+        # for grids of more blocks than SMs: measured on the H100, a sub-wave grid (128 blocks:
+        # o_proj, down_proj) launched early came out slower (down_proj M <= 8: 24.6 vs 21.1 us;
+        # M = 64: 1.4x slower), presumably because its blocks are placed while the quantize
+        # blocks still hold SMs; larger grids gained 0.6-1.2 us (docs/gpu.md notes).
+        if _pdl and grid[0] * grid[1] > _sm_count():
             pdl.launch(fn, grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)
         else:
             fn(grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)

@@ -214,7 +214,7 @@ def test_fused_errors(cp, rng):
 
 
 @pytest.mark.parametrize("cfg", [None, (1, 2, 1, 16, 1), (2, 2, 2, 3, 2)], ids=str)
-def test_pdl_launch_identical(cp, rng, cfg):
+def test_pdl_launch_identical(cp, rng, cfg, monkeypatch):
     """The GEMM launched programmatically after the quantize kernel gives the same bits."""
     from mactile.gpu import pdl
     from mactile.gpu.flexq.kernels import FlexQLinear, GemmConfig
@@ -222,6 +222,8 @@ def test_pdl_launch_identical(cp, rng, cfg):
         pytest.skip("cuda.bindings not importable: no PDL launches")
     w = (rng.standard_normal((200, 640)) * 0.05).astype(np.float16)
     qw = IntGroup(bits=6).quantize(w)
+    from mactile.gpu.flexq import kernels as fk
+    monkeypatch.setattr(fk, "_sm_count", lambda: 1)  # this small grid must take the PDL path
     a = FlexQLinear(qw, pdl_launch=True)
     b = FlexQLinear(qw, pdl_launch=False)
     config = None if cfg is None else GemmConfig(*cfg)
