@@ -11,12 +11,13 @@ JOBS ?= 2
 DEMO_DIR ?= out/demo
 APT_PACKAGES := iverilog opensta qflow-tech-osu018
 
-.PHONY: demo test test-fast test-slow test-gpu bench install system-deps clean help
+.PHONY: demo test test-fast test-slow test-gpu bench bench-gpu install system-deps clean help
 
 help:
 	@echo "make demo      run the main job on the embedded defaults (output in $(DEMO_DIR))"
 	@echo "make test      install everything and run the test suite (CI runs this)"
 	@echo "make test-gpu  run the GPU tests (on a machine with a CUDA GPU and CuPy)"
+	@echo "make bench-gpu run the FP4 GPU benchmark (JSON, PNG, table in out/bench-gpu)"
 	@echo "make bench     run the CPU benchmarks and print their tables"
 
 # Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells.
@@ -59,6 +60,9 @@ test-fast: install
 
 test-gpu:
 	$(PYTHON) -m pytest -m gpu -v
+
+bench-gpu:
+	$(PYTHON) -m mactile.cli.main bench gpu -o out/bench-gpu
 
 bench: install
 	$(PY) benchmarks/golden_throughput.py

@@ -17,6 +17,7 @@ from .fp4blocks import MXFP4, NVFP4, RaZeR, RaZeRAct
 from .intgroup import IntGroup, bitplane_matmul, bitplanes, plane_weights
 from .nestedfp import NestedFP, NestedFP8, nestedfp_eligible, nestedfp_merge, nestedfp_split
 from .razer_g128 import G128TensorScale, RaZeRG128
+from .reset_temperature import ReductionLayout, StepAwareTemperature
 from .registry import BLOCK_FORMATS, get_format
 
 __all__ = list(_elements_all) + [
@@ -26,4 +27,5 @@ __all__ = list(_elements_all) + [
     "IntGroup", "bitplanes", "plane_weights", "bitplane_matmul",
     "NestedFP", "NestedFP8", "nestedfp_split", "nestedfp_merge", "nestedfp_eligible",
     "BLOCK_FORMATS", "get_format",
+    "StepAwareTemperature", "ReductionLayout",
 ]

@@ -2,9 +2,25 @@
 
 Layers:
 
-* :mod:`.runtime`   -- NVRTC compile/cache, launch checks, device/version info (shared);
+* :mod:`.runtime` -- NVRTC compile/cache, launch checks, device/version info (shared);
 * :mod:`.bench.harness` -- generic timing harness (graph replay, L2 rotation, read peak,
-  library baselines, JSON records), shared with every kernel family.
-* :mod:`.flexq` -- FlexQ W6A6/W6A8 bit-plane GEMM on binary tensor cores.
+  library baselines, JSON records), shared with every kernel family;
+* :mod:`.formats` / :mod:`.packing` -- FP4 kernel constants derived from the golden specs,
+  packers from golden ``Quantized`` weights to the kernels' layouts and back;
+* :mod:`.w4a16` -- tensor-core GEMM and CUDA-core GEMV (nvfp4, razer, razer-g128);
+* :mod:`.w4a4` -- ReSET's W4A4 NVFP4 GEMV with on-the-fly activation quantization;
+* :mod:`.linear` -- ``linear(x, packed_weight)`` dispatching by M (measured crossover);
+* :mod:`.temperature` -- ReSET's step-aware temperature sampler;
+* :mod:`.flexq` -- FlexQ W6A6/W6A8 bit-plane GEMM on binary tensor cores;
 * :mod:`.nestedfp` -- NestedFP dual-precision (FP16 / FP8) GEMM from two byte planes.
 """
+from .linear import dispatch, linear
+from .packing import PackedW4A16, pack_activation, pack_w4a16
+from .runtime import GpuUnavailable, gpu_available, gpu_skip_reason
+from .temperature import StepAwareTemperatureGPU
+from .w4a4 import gemv_w4a4, linear_w4a4, quantize_activation
+from .w4a16 import gemm_tc, gemv_cc
+
+__all__ = ["linear", "dispatch", "pack_w4a16", "pack_activation", "PackedW4A16", "gemm_tc",
+           "gemv_cc", "quantize_activation", "gemv_w4a4", "linear_w4a4",
+           "StepAwareTemperatureGPU", "GpuUnavailable", "gpu_available", "gpu_skip_reason"]

@@ -38,7 +38,7 @@ from pathlib import Path
 __all__ = [
     "GpuUnavailable", "require_cupy", "gpu_available", "gpu_skip_reason",
     "NVRTC_OPTIONS", "KERNEL_DIR", "load_source", "compile_module", "get_function",
-    "check_launch", "device_info", "versions", "nvcc_check", "NvccReport", "ceil_div",
+    "check_launch", "device_info", "sm_count", "versions", "nvcc_check", "NvccReport", "ceil_div",
 ]
 
 #: Folder of the ``.cu`` templates.
@@ -166,8 +166,18 @@ def check_launch(name: str, *, sync: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------- info
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple:
+    return tuple(_versions_uncached().items())
+
+
 def versions() -> dict[str, str]:
-    """Versions of everything that influences a measured number (missing ones omitted)."""
+    """Versions of everything that influences a measured number (missing ones omitted;
+    read once per process)."""
+    return dict(_versions())
+
+
+def _versions_uncached() -> dict[str, str]:
     out: dict[str, str] = {"python": platform.python_version()}
     try:
         import numpy
@@ -218,15 +228,14 @@ def _nvidia_smi_driver() -> str:
         return ""
 
 
-def device_info(device: int | None = None) -> dict:
-    """Name, SM count, L2 size, shared-memory limits, clocks and the date, for records."""
+@functools.lru_cache(maxsize=16)
+def _device_static(dev_id: int) -> tuple:
     cp = require_cupy()
-    dev = cp.cuda.Device(device) if device is not None else cp.cuda.Device()
-    p = cp.cuda.runtime.getDeviceProperties(dev.id)
+    p = cp.cuda.runtime.getDeviceProperties(dev_id)
     name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
-    return {
+    return tuple({
         "name": name,
-        "index": dev.id,
+        "index": dev_id,
         "compute_capability": f"{p['major']}.{p['minor']}",
         "sm_count": int(p["multiProcessorCount"]),
         "l2_bytes": int(p["l2CacheSize"]),
@@ -236,9 +245,25 @@ def device_info(device: int | None = None) -> dict:
         "clock_khz": int(p.get("clockRate", 0)),
         "mem_clock_khz": int(p.get("memoryClockRate", 0)),
         "mem_bus_bits": int(p.get("memoryBusWidth", 0)),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "versions": versions(),
-    }
+    }.items())
+
+
+def sm_count(device: int | None = None) -> int:
+    """Multiprocessors of the current (or given) device (cached)."""
+    cp = require_cupy()
+    dev = device if device is not None else cp.cuda.Device().id
+    return dict(_device_static(dev))["sm_count"]
+
+
+def device_info(device: int | None = None) -> dict:
+    """Name, SM count, L2 size, shared-memory limits, clocks, versions and the date, for
+    records (the device part is read once per process)."""
+    cp = require_cupy()
+    dev = device if device is not None else cp.cuda.Device().id
+    out = dict(_device_static(dev))
+    out["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    out["versions"] = versions()
+    return out
 
 
 # --------------------------------------------------------------------------- nvcc
@@ -258,9 +283,11 @@ class NvccReport:
 
 
 def nvcc_check(source: str, *, arch: str = "90a", extra: tuple[str, ...] = (),
-               keep_ptx: str | os.PathLike | None = None) -> NvccReport:
+               keep_ptx: str | os.PathLike | None = None,
+               cubin_out: str | os.PathLike | None = None) -> NvccReport:
     """Compile ``source`` with the local ``nvcc`` to a cubin for ``sm_<arch>`` and parse
-    ``-Xptxas -v``. Raises ``RuntimeError`` with the compiler log on failure."""
+    ``-Xptxas -v`` (the cubin is kept at ``cubin_out`` when given). Raises
+    ``RuntimeError`` with the compiler log on failure."""
     exe = shutil.which("nvcc")
     if not exe:
         raise RuntimeError("nvcc is not on PATH")
@@ -272,6 +299,8 @@ def nvcc_check(source: str, *, arch: str = "90a", extra: tuple[str, ...] = (),
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"nvcc failed:\n{r.stderr[-6000:]}")
+        if cubin_out:
+            shutil.copyfile(Path(td) / "k.cubin", cubin_out)
         if keep_ptx:
             subprocess.run([exe, f"-gencode=arch=compute_{arch},code=compute_{arch}", "-ptx",
                             "-std=c++17", "-o", str(keep_ptx), str(src), *extra], check=True)

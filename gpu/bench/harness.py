@@ -357,13 +357,15 @@ def plot_records(records: Sequence[dict], path, *, x: str = "M", y: str = "speed
     nrow = math.ceil(len(panels) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.6 * nrow), squeeze=False)
     names = sorted({series(r) for r in recs})
-    colors = {n: plt.cm.tab10(i % 10) for i, n in enumerate(names)}
+    cmap = plt.cm.tab20 if len(names) > 10 else plt.cm.tab10
+    colors = {n: cmap(i % cmap.N) for i, n in enumerate(names)}
+    markers = "os^vD<>pxh*"
     for ax, pn in zip(axes.flat, panels):
         for n in names:
             pts = sorted((r[x], r[y]) for r in recs if panel(r) == pn and series(r) == n)
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
-                        label=n, color=colors[n])
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[names.index(n) % len(markers)],
+                        ms=3, lw=1.2, label=n, color=colors[n])
         if hline is not None:
             ax.axhline(hline, color="k", lw=0.7, ls="--")
         if logx:
@@ -374,7 +376,12 @@ def plot_records(records: Sequence[dict], path, *, x: str = "M", y: str = "speed
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    seen = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    labels = sorted(seen)
+    handles = [seen[k] for k in labels]
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -18,6 +18,7 @@ COMMANDS = [
     "mactile.cli.list_cmd",
     "mactile.cli.quantize",
     "mactile.cli.formats",
+    "mactile.cli.bench",
 ]
 
 

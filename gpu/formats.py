@@ -1,0 +1,248 @@
+"""Kernel-side descriptions of the FP4 weight formats, derived from the golden specs.
+
+Every constant a kernel needs (the FP4 lookup table, the special values, how a block
+scale code becomes a number) is computed here from :mod:`mactile.golden` objects and
+handed to the CUDA templates, either as kernel arguments (the lookup-table words, which
+depend on a format *instance*'s special values) or as a generated traits header (what
+depends only on the format class). No table is typed by hand in a ``.cu`` file.
+
+The decode scheme shared by all kernels
+----------------------------------------
+An FP4 code ``c`` (4 bits, sign-magnitude) becomes the *LUT byte* ``b = 4 v + 64`` where
+``v`` is the value the format gives that code (FP4 E2M1 value, or the block's special
+value for RaZeR's code 0). ``b`` lies in ``[26, 102]`` for every value RaZeR allows
+(``|v| <= 9.5``), so its most significant bit is 0. Eight codes in a 32-bit word give
+eight bytes with two ``prmt`` per four codes::
+
+    bytes = prmt(P0, P1, codes) | prmt(N0, N1, codes ^ 0x8888)
+
+``P0:P1`` hold the bytes of codes 0..7 and ``N0:N1`` those of codes 8..15. In the first
+``prmt`` a negative code (selector nibble bit 3 set) *sign-replicates* a byte whose MSB
+is 0 and so yields 0x00; the second ``prmt`` does the same for positive codes; the OR
+merges them. For RaZeR, byte 0 of ``P0`` (code 0) is replaced per block by the byte of
+the special value chosen by the block's two metadata bits (one more ``prmt`` from the
+word :attr:`KernelFormat.specials_word`): the special value is folded into the lookup.
+
+A byte becomes a number by placing it into a constant exponent (exact, no conversion
+instruction): FP16 ``0x5C00 | b`` is ``256 + b/4 = 272 + v``; FP32 ``0x43000000 | b<<16``
+is ``128 + b = 192 + 4v``. One FMA then removes the offset and applies the block scale.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mactile.golden import FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, RaZeR, RaZeRG128
+from mactile.golden.block import BlockFormat
+from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
+
+__all__ = ["KernelFormat", "kernel_format", "lut_byte", "traits_header", "fp4_encode_header",
+           "prelude", "reset_header", "FORMAT_IDS",
+           "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]
+
+#: b = LUT_SCALE * v + LUT_OFFSET.
+LUT_SCALE, LUT_OFFSET = 4, 64
+#: FP16 word ``F16_MAGIC | b`` has the value ``256 + b/4``; subtract ``F16_OFFSET`` for v.
+F16_MAGIC = 0x5C00
+F16_OFFSET = 256 + LUT_OFFSET / LUT_SCALE  # 272.0
+#: FP32 word ``F32_MAGIC | (b << 16)`` has the value ``128 + b``; minus F32_OFFSET is 4v.
+F32_MAGIC = 0x43000000
+F32_OFFSET = 128.0 + LUT_OFFSET  # 192.0
+
+#: Template ids of the formats (``Fmt<ID>`` in kernels/fp4_common.cuh).
+FORMAT_IDS = {"nvfp4": 0, "razer": 1, "razer-g128": 2}
+
+
+def lut_byte(v: float) -> int:
+    """LUT byte of a value: ``4 v + 64``, checked to fit 7 bits exactly."""
+    b = LUT_SCALE * v + LUT_OFFSET
+    if b != int(b) or not 0 <= b < 128:
+        raise ValueError(f"value {v} has no 7-bit LUT byte (4 v + 64 = {b})")
+    return int(b)
+
+
+def _check_magic_constants() -> None:
+    # The FP16/FP32 "magic" placements are exact only with these exponents: derive and check.
+    assert float(FP16.values[F16_MAGIC]) == 256.0
+    assert float(FP16.values[F16_MAGIC | 1]) - 256.0 == 1.0 / LUT_SCALE  # ulp = 1/4
+    assert np.frombuffer(np.uint32(F32_MAGIC).tobytes(), np.float32)[0] == 128.0
+    assert np.frombuffer(np.uint32(F32_MAGIC | (1 << 16)).tobytes(), np.float32)[0] == 129.0
+
+
+_check_magic_constants()
+
+
+@dataclass(frozen=True)
+class KernelFormat:
+    """What the kernels need to know about one golden weight format instance."""
+
+    name: str
+    fmt_id: int
+    block: int
+    scale_dtype: np.dtype
+    #: Bits of the stored scale code that hold the scale itself (the rest is metadata).
+    scale_mask: int
+    #: Right shift of the scale code that yields the 2-bit metadata index
+    #: ``sign * 2 + select`` (RaZeR); 0 for NVFP4.
+    meta_shift: int
+    #: Mantissa bits and bias of the scale's float format (scale decoding by bit placement).
+    scale_man_bits: int
+    scale_bias: int
+    #: Whether code 0 is the special value.
+    has_special: bool
+    #: LUT words: bytes of codes 0-3, 4-7, 8-11, 12-15 (code 0 of RaZeR: real zero's byte
+    #: as a placeholder; the kernel replaces it per block).
+    lut: tuple[int, int, int, int]
+    #: Special-value LUT bytes in metadata-index order (+a, +b, -a, -b); 0 for NVFP4.
+    specials_word: int
+    #: Largest scale value (for the FP16 pre-scale that keeps 272*s finite).
+    scale_max: float
+    #: The golden format this describes.
+    golden: BlockFormat
+
+    @property
+    def lut_args(self) -> tuple[int, int, int, int, int]:
+        """The five uint32 kernel arguments (LUT words + specials word)."""
+        return (*self.lut, self.specials_word)
+
+    def special_values_by_meta(self) -> tuple[float, ...]:
+        if not self.has_special:
+            return ()
+        a, b = self.golden.special_values
+        return (a, b, -a, -b)
+
+    @property
+    def f16_prescale_log2(self) -> int:
+        """k such that block scales are multiplied by 2**-k in FP16 so that
+        ``F16_OFFSET * s * 2**-k`` and every ``v * s * 2**-k`` are finite FP16 normals."""
+        k = max(0, math.ceil(math.log2(F16_OFFSET * self.scale_max / float(FP16.max_value))))
+        return k
+
+
+def _fp4_value(code: int) -> float:
+    return float(FP4_E2M1.values[code])
+
+
+def kernel_format(fmt: BlockFormat) -> KernelFormat:
+    """Kernel description of a golden ``nvfp4``, ``razer`` or ``razer-g128`` format.
+
+    Raises
+    ------
+    ValueError
+        For any other format, or a block size the kernels were not built for.
+    """
+    if type(fmt) is NVFP4:
+        if fmt.block_size != 16:
+            raise ValueError(f"nvfp4 kernels need block size 16, got {fmt.block_size}")
+        sfmt, mask, meta_shift, has_special = FP8_E4M3, 0x7F, 0, False
+    elif type(fmt) is RaZeR:
+        if fmt.block_size != 16:
+            raise ValueError(f"razer kernels need block size 16, got {fmt.block_size}")
+        sfmt, mask, meta_shift, has_special = E3M3, 0x3F, 6, True
+    elif type(fmt) is RaZeRG128:
+        sfmt, mask, meta_shift, has_special = FP16, 0x3FFF, 14, True
+    else:
+        raise ValueError(f"no GPU kernel for format {fmt.describe()}; supported: "
+                         f"{', '.join(FORMAT_IDS)}")
+    vals = [_fp4_value(c) for c in range(16)]
+    if has_special:
+        vals[SPECIAL_CODE] = 0.0  # placeholder, replaced per block
+        vals[ZERO_CODE] = 0.0
+    b = [lut_byte(v) for v in vals]
+    words = tuple(int(b[4 * i] | b[4 * i + 1] << 8 | b[4 * i + 2] << 16 | b[4 * i + 3] << 24)
+                  for i in range(4))
+    specials = 0
+    if has_special:
+        a, bb = fmt.special_values
+        sb = [lut_byte(v) for v in (a, bb, -a, -bb)]
+        specials = sb[0] | sb[1] << 8 | sb[2] << 16 | sb[3] << 24
+    if sfmt is FP16:
+        smax = float(FP16.values[mask])  # below 2 (flag bits cleared)
+    else:
+        smax = float(np.nanmax(sfmt.values[: mask + 1]))
+    return KernelFormat(name=fmt.name, fmt_id=FORMAT_IDS[fmt.name], block=fmt.block_size,
+                        scale_dtype=np.dtype(fmt.scale_dtype), scale_mask=mask,
+                        meta_shift=meta_shift, scale_man_bits=sfmt.man_bits,
+                        scale_bias=sfmt.bias, has_special=has_special, lut=words,
+                        specials_word=specials, scale_max=smax, golden=fmt)
+
+
+def traits_header() -> str:
+    """C++ ``Fmt<ID>`` traits for every kernel format, generated from the golden specs."""
+    out = ["// Generated by mactile.gpu.formats.traits_header() from the golden specs.",
+           "namespace mt {", "template <int F> struct Fmt;"]
+    for name, fid in FORMAT_IDS.items():
+        proto = {"nvfp4": NVFP4(), "razer": RaZeR(), "razer-g128": RaZeRG128()}[name]
+        kf = kernel_format(proto)
+        pre = kf.f16_prescale_log2
+        f16_mul = 2.0 ** (15 - kf.scale_bias - pre)
+        f32_mul = 2.0 ** (127 - kf.scale_bias)
+        h = lambda v: int(np.float16(v).view(np.uint16))
+        f16x2_mul = h(f16_mul) | h(f16_mul) << 16
+        f16x2_pre = h(2.0 ** -pre) | h(2.0 ** -pre) << 16
+        out.append(
+            f"template <> struct Fmt<{fid}> {{  // {name}\n"
+            f"  static constexpr int BLOCK = {kf.block};\n"
+            f"  static constexpr int SCALE_BYTES = {kf.scale_dtype.itemsize};\n"
+            f"  static constexpr bool SPECIAL = {'true' if kf.has_special else 'false'};\n"
+            f"  static constexpr unsigned SCALE_MASK = {kf.scale_mask}u;\n"
+            f"  static constexpr int META_SHIFT = {kf.meta_shift};\n"
+            f"  // scale code payload -> FP16 bits: payload << F16_SHIFT, times F16_MUL\n"
+            f"  static constexpr int F16_SHIFT = {10 - kf.scale_man_bits};\n"
+            f"  static constexpr float F16_MUL = {f16_mul.hex()}f;  // 2^(15-bias-prescale)\n"
+            f"  static constexpr int F16_PRESCALE_LOG2 = {pre};\n"
+            f"  static constexpr unsigned F16X2_MUL = {f16x2_mul:#010x}u;       // (F16_MUL, F16_MUL)\n"
+            f"  static constexpr unsigned F16X2_PRESCALE = {f16x2_pre:#010x}u;  // (2^-prescale, 2^-prescale)\n"
+            f"  // scale code payload -> FP32 bits: payload << F32_SHIFT, times F32_MUL\n"
+            f"  static constexpr int F32_SHIFT = {23 - kf.scale_man_bits};\n"
+            f"  static constexpr float F32_MUL = {f32_mul.hex()}f;  // 2^(127-bias)\n"
+            f"}};")
+    out.append(f"constexpr unsigned F16_MAGIC = {F16_MAGIC:#x}u;\n"
+               f"constexpr float F16_OFFSET = {F16_OFFSET!r}f;\n"
+               f"constexpr unsigned F32_MAGIC = {F32_MAGIC:#x}u;\n"
+               f"constexpr float F32_OFFSET = {F32_OFFSET!r}f;\n"
+               f"constexpr float LUT_INV_SCALE = {1.0 / LUT_SCALE!r}f;")
+    out.append("}  // namespace mt")
+    return "\n".join(out) + "\n"
+
+
+def fp4_encode_header() -> str:
+    """``fp4_mag_code(a)``: FP4 E2M1 magnitude code of ``a >= 0`` with the golden rounding
+    (ties to the even code, saturating), as one comparison per midpoint of the golden
+    table; and ``NVFP4_TS_DENOM``, NVFP4's tensor-scale denominator (448 * 6)."""
+    mags, mids, tie_up = FP4_E2M1._rne_table
+    if not np.array_equal(mags, np.arange(len(mags))):
+        raise AssertionError("FP4 magnitude codes are expected to be 0..7 in order")
+    terms = [f"(a {'>=' if up else '>'} {float(m).hex()}f)" for m, up in zip(mids, tie_up)]
+    denom = float(np.float32(NVFP4.scale_format.max_value * 6.0))
+    return ("namespace mt {\n"
+            "// Generated from FP4_E2M1._rne_table (midpoints; '>=' where the tie goes up to the even code).\n"
+            "__device__ __forceinline__ unsigned fp4_mag_code(float a) {\n"
+            f"    return (unsigned)" + " + (unsigned)".join(terms) + ";\n}\n"
+            f"constexpr float NVFP4_TS_DENOM = {denom.hex()}f;  // {denom}\n"
+            "}  // namespace mt\n")
+
+
+def prelude() -> str:
+    """Everything generated from the golden specs that the kernels include."""
+    return "#include <cuda_fp16.h>\n" + traits_header() + fp4_encode_header()
+
+
+def reset_header() -> str:
+    """Constants and polynomials of golden/reset_temperature.py for the GPU kernel."""
+    from mactile.golden import reset_temperature as rt
+
+    def horner(name, coeffs, var):
+        body = [f"    float p = {float(coeffs[0]).hex()}f;"]
+        body += [f"    p = __fadd_rn(__fmul_rn(p, {var}), {float(c).hex()}f);" for c in coeffs[1:]]
+        return (f"__device__ __forceinline__ float {name}(float {var}) {{\n" + "\n".join(body) +
+                "\n    return p;\n}\n")
+
+    return ("namespace mt {\n// Generated from mactile.golden.reset_temperature.\n"
+            f"constexpr float RS_LOG2E = {float(rt.LOG2E).hex()}f;\n"
+            f"constexpr float RS_LN2 = {float(rt.LN2).hex()}f;\n"
+            f"constexpr float RS_EXP_T_MIN = {float(rt.EXP_T_MIN).hex()}f;\n"
+            + horner("rs_exp_poly", rt.EXP_COEFFS, "f") + horner("rs_log_poly", rt.LOG_COEFFS, "q2")
+            + "}  // namespace mt\n")

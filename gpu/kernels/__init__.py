@@ -1,0 +1,1 @@
+"""FP4 kernel templates (.cu/.cuh), shipped as package data."""

@@ -1,0 +1,281 @@
+// ReSET's W4A4 NVFP4 small-M path (002_adb391b0b44d3bdd.txt Sec. 5, App. C.1-C.2):
+//
+// 1. nvfp4_quantize_act: one launch of one 8-CTA thread-block cluster quantizes X[M,K]
+//    (fp16) to NVFP4 with golden/fp4blocks.py's FP32 op order, bit for bit: tensor amax
+//    (cluster-wide through distributed shared memory), D32 = amax / 2688, per block
+//    E4M3(amax_b / (D32 * 6)) (RNE, saturating), q = FP4(x / (D32 * s)) (RNE).
+//    Output: codes [M][KA/2] (low nibble = element 2i), linear E4M3 scales [M][KA/16]
+//    (KA = K rounded up to 512, zero padded), the FP32 tensor scale in ts_out[0].
+// 2. w4a4_gemv: weights nvfp4 in the rowmajor layout; every CTA streams its weight stripe
+//    once for all MT tokens (C1: multi-token CTA fusion), each thread keeps 8 rows x MT
+//    accumulators (C2) and decodes both operands in registers (C3): FP4 codes -> bytes by
+//    prmt lookup, block products by dp4a on exact small integers (weights 4v+64 as u8,
+//    activations 4v as s8, the offset removed with one per-token correction), one FFMA per
+//    block with s_w * s_a / 16. The block dot products are exact; only the FP32
+//    accumulation across blocks rounds.
+#include "rowmajor_common.cuh"
+#include <cuda_fp8.h>
+
+namespace mt {
+
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster_f32(const float* p, u32 rank) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(p)), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
+    return v;
+}
+
+constexpr int QA_THREADS = 512;
+constexpr int QA_CLUSTER = 8;
+
+// ------------------------------------------------------------------ GEMV
+template <int MT, int STAGES>
+struct W4a4Cfg {
+    static constexpr int ACODE_BYTES = MT * (RM_KC / 2);
+    static constexpr int ASCALE_BYTES = ((MT * (RM_KC / 16) + 127) / 128) * 128;
+    static constexpr int STAGE_BYTES = RM_CODE_BYTES + RmScales<0>::BYTES + ACODE_BYTES + ASCALE_BYTES;
+    static constexpr int RED_BYTES = MT * RM_RED_LD * 4;
+    static constexpr int SMEM = STAGES * STAGE_BYTES + RED_BYTES + 16;
+};
+
+template <int MT, int STAGES>
+__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int KA, int M,
+                                               const unsigned char* __restrict__ codes,
+                                               const unsigned char* __restrict__ scales,
+                                               const u8* __restrict__ acodes, const u8* __restrict__ ascales) {
+    using C = W4a4Cfg<MT, STAGES>;
+    rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
+    unsigned char* ac = st + RM_CODE_BYTES + RmScales<0>::BYTES;
+    const u32 dc = smem_u32(ac), ds = smem_u32(ac + C::ACODE_BYTES);
+    // the activation buffers are padded to KA (multiple of 512): always whole units.
+    // MT*16 code chunks and MT*2 scale chunks (MT <= 8): one predicated copy each.
+    const unsigned tid = threadIdx.x;
+    static_assert(MT * 16 <= RM_THREADS, "one activation chunk per thread");
+    if (tid < MT * 16) {
+        const unsigned m = tid >> 4, ch = tid & 15u;
+        const bool ok = (int)m < M;
+        cp_async16(dc + m * (RM_KC / 2) + ch * 16,
+                   ok ? acodes + (size_t)m * (unsigned)(KA / 2) + (unsigned)(k0 / 2) + ch * 16 : acodes, ok ? 16 : 0);
+    } else if (tid < MT * 16 + MT * 2) {
+        const unsigned j = tid - MT * 16, m = j >> 1, ch = j & 1u;
+        const bool ok = (int)m < M;
+        cp_async16(ds + m * (RM_KC / 16) + ch * 16,
+                   ok ? ascales + (size_t)m * (unsigned)(KA / 16) + (unsigned)(k0 / 16) + ch * 16 : ascales,
+                   ok ? 16 : 0);
+    }
+    (void)klen;
+}
+
+__device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+// LUT bytes 4v+64 (v in [-6, 6]) -> signed bytes 4v, per byte without borrows.
+__device__ __forceinline__ u32 lutbyte_to_s8(u32 b) {
+    return b ^ 0xC0C0C0C0u ^ ((b & 0x40404040u) << 1);
+}
+
+template <int MT, int STAGES>
+__global__ void __launch_bounds__(256, (MT == 1 ? 3 : MT == 2 ? 2 : 1))
+w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
+          const u8* __restrict__ acodes, const u8* __restrict__ ascales, const float* __restrict__ a_ts,
+          void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int M, int N, int K_pad,
+          int KA, int RT, int n_ctas, float w_ts, int out_f32, u32 l0, u32 l1, u32 l2, u32 l3) {
+    using C = W4a4Cfg<MT, STAGES>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    float* red = reinterpret_cast<float*>(smem + STAGES * C::STAGE_BYTES);
+    int* s_flag = reinterpret_cast<int*>(smem + STAGES * C::STAGE_BYTES + C::RED_BYTES);
+    const Lut L{l0, l1, l2, l3, 0u};
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int KU = (K_pad + RM_KC - 1) / RM_KC;
+    const int U = RT * KU;
+    const int c = blockIdx.x;
+    const int ubeg = stripe_begin(c, U, n_ctas), uend = stripe_begin(c + 1, U, n_ctas);
+    const int my_first_tile = ubeg / KU;
+    const float out_scale = w_ts * __ldg(a_ts);
+
+    float acc[8][MT];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
+
+    int prt = ubeg / KU, pkc = ubeg % KU;  // unit being prefetched
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (ubeg + s < uend)
+            w4a4_load_unit<MT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC),
+                                       K_pad, KA, M, codes, scales, acodes, ascales);
+        cp_async_commit();
+        if (++pkc == KU) { pkc = 0; ++prt; }
+    }
+    int stage = 0;
+    int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
+    for (int u = ubeg; u < uend; ++u) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            if (u + STAGES - 1 < uend)
+                w4a4_load_unit<MT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, prt,
+                                           pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC), K_pad, KA, M, codes,
+                                           scales, acodes, ascales);
+            cp_async_commit();
+            if (++pkc == KU) { pkc = 0; ++prt; }
+        }
+        const unsigned char* st = smem + stage * C::STAGE_BYTES;
+        const unsigned char* sc = st + RM_CODE_BYTES;
+        const unsigned char* ac = sc + RmScales<0>::BYTES;
+        const unsigned char* as = ac + C::ACODE_BYTES;
+        const int klen = min(RM_KC, K_pad - ckc * RM_KC);
+        if (16 * lane < klen) {
+            // activations of block `lane` for every token: signed bytes 4v, offset correction, scale/16
+            u32 aw[MT][4];
+            int corr[MT];
+            float sa[MT];
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                const uint2 a8 = *reinterpret_cast<const uint2*>(ac + m * (RM_KC / 2) + 8 * lane);
+                u32 lo, hi;
+                lut8(a8.x, L.p0, L.p0, L, lo, hi);
+                aw[m][0] = lutbyte_to_s8(lo);
+                aw[m][1] = lutbyte_to_s8(hi);
+                lut8(a8.y, L.p0, L.p0, L, lo, hi);
+                aw[m][2] = lutbyte_to_s8(lo);
+                aw[m][3] = lutbyte_to_s8(hi);
+                int cr = 0;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) cr = dp4a_us(0x40404040u, aw[m][q], cr);
+                corr[m] = cr;
+                sa[m] = scale_f32<0>(as[m * (RM_KC / 16) + lane]) * (LUT_INV_SCALE * LUT_INV_SCALE);
+            }
+            const uint2 sv = *reinterpret_cast<const uint2*>(sc + (warp * RmScales<0>::NB + lane) * 8);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float sw = scale_f32<0>(((i < 4 ? sv.x : sv.y) >> (8 * (i & 3))) & 0xFFu);
+                const uint2 w8 = *reinterpret_cast<const uint2*>(st + (warp * 8 + i) * (RM_KC / 2) + 8 * lane);
+                u32 b[4];
+                lut8(w8.x, L.p0, L.p0, L, b[0], b[1]);
+                lut8(w8.y, L.p0, L.p0, L, b[2], b[3]);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    int d = dp4a_us(b[0], aw[m][0], 0);
+                    d = dp4a_us(b[1], aw[m][1], d);
+                    d = dp4a_us(b[2], aw[m][2], d);
+                    d = dp4a_us(b[3], aw[m][3], d);
+                    acc[i][m] = fmaf((float)(d - corr[m]), sw * sa[m], acc[i][m]);
+                }
+            }
+        }
+        if (u + 1 == uend || ckc + 1 == KU) {
+            rm_reduce_to_part<MT>(acc, red);
+            __syncthreads();
+            finish_tile<MT, RM_RED_LD, RM_THREADS>(red, crt, 0, U, KU, n_ctas, my_first_tile, ws, counters, RT,
+                                                   M, N, 0, out_scale, out_f32, y, s_flag);
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
+        }
+        stage = (stage + 1) % STAGES;
+        if (++ckc == KU) { ckc = 0; ++crt; }
+    }
+    cp_async_wait<0>();
+}
+
+}  // namespace mt
+
+// Outside the namespace: an extern "C" kernel keeps its plain name for NVRTC and nvcc.
+extern "C" __global__ void __cluster_dims__(mt::QA_CLUSTER, 1, 1) __launch_bounds__(mt::QA_THREADS)
+nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __restrict__ codes,
+                   u8* __restrict__ scales, float* __restrict__ ts_out) {
+    __shared__ float s_red[mt::QA_THREADS / 32];
+    __shared__ float s_amax;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const u32 rank = mt::cluster_ctarank();
+    const int nb_row = KA / 16, nb_real = K / 16;
+    const int NB = M * nb_row;
+    const int b0 = (int)(((long long)rank * NB) / mt::QA_CLUSTER), b1 = (int)(((long long)(rank + 1) * NB) / mt::QA_CLUSTER);
+
+    // phase 1: tensor amax (max is order-independent: exact)
+    float a = 0.f;
+    for (int b = b0 + tid; b < b1; b += mt::QA_THREADS) {
+        const int m = b / nb_row, kb = b % nb_row;
+        if (kb < nb_real) {
+            const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
+            const uint4 v0 = p[0], v1 = p[1];
+            const u32 w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+                a = fmaxf(a, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if (lane == 0) s_red[warp] = a;
+    __syncthreads();
+    if (tid == 0) {
+        float m = 0.f;
+        for (int i = 0; i < mt::QA_THREADS / 32; ++i) m = fmaxf(m, s_red[i]);
+        s_amax = m;
+    }
+    mt::cluster_sync_all();
+    float amax = 0.f;
+#pragma unroll
+    for (u32 r = 0; r < mt::QA_CLUSTER; ++r) amax = fmaxf(amax, mt::ld_cluster_f32(&s_amax, r));
+    mt::cluster_sync_all();  // no CTA leaves while another still reads its shared memory
+
+    float d32 = __fdiv_rn(amax, mt::NVFP4_TS_DENOM);
+    if (!(d32 > 0.f)) d32 = 1.f;
+    const float d6 = __fmul_rn(d32, 6.0f);
+    if (rank == 0 && tid == 0) ts_out[0] = d32;
+
+    // phase 2: block scales and codes (re-reads X from L1/L2)
+    for (int b = b0 + tid; b < b1; b += mt::QA_THREADS) {
+        const int m = b / nb_row, kb = b % nb_row;
+        uint2 packed = make_uint2(0u, 0u);
+        u8 sc = 0;
+        if (kb < nb_real) {
+            const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
+            const uint4 v0 = p[0], v1 = p[1];
+            const u32 w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+            float v[16];
+            float ab = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+                v[2 * i] = f.x;
+                v[2 * i + 1] = f.y;
+                ab = fmaxf(ab, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+            const float arg = __fdiv_rn(ab, d6);
+            sc = (u8)__nv_cvt_float_to_fp8(arg, __NV_SATFINITE, __NV_E4M3);
+            const float sval = mt::scale_f32<0>(sc);
+            const float denom = __fmul_rn(d32, sval);
+            u32 lo = 0u, hi = 0u;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const float q = (denom > 0.f) ? __fdiv_rn(v[i], denom) : 0.f;
+                const u32 code = mt::fp4_mag_code(fabsf(q)) | (signbit(q) ? 8u : 0u);
+                if (i < 8) lo |= code << (4 * i);
+                else hi |= code << (4 * (i - 8));
+            }
+            packed = make_uint2(lo, hi);
+        }
+        *reinterpret_cast<uint2*>(codes + (size_t)m * (KA / 2) + kb * 8) = packed;
+        scales[(size_t)m * (KA / 16) + kb] = sc;
+    }
+}
+

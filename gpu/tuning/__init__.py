@@ -1,0 +1,1 @@
+"""Measured crossover tables of mactile.gpu.linear (one JSON file per device kind)."""

@@ -1,0 +1,204 @@
+"""W4A16 kernels: ``y[M, N] = x[M, K] @ W[N, K].T`` with FP16 ``x``, FP4 ``W``.
+
+* :func:`gemm_tc` -- tensor-core GEMM (``mma.sync`` m16n8k16, any M; frag layout);
+* :func:`gemv_cc` -- CUDA-core GEMV/small GEMM (M = 1..8, FP32 FFMA; rowmajor layout).
+
+Both accumulate in FP32 and multiply by the weight's FP32 tensor scale at the end; the
+output is FP16 (default) or FP32. Work is split into ``n_ctas`` stripes of equal length
+(Marlin/RaZeR partitioning, App. E: fewer CTAs than SMs for small matrices means fewer
+partial tiles to reduce); the default is one CTA per SM (per token tile), capped by the
+number of work units.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import kernel
+from .packing import ROW_TILE, PackedW4A16
+from .runtime import ceil_div, check_launch, require_cupy, sm_count
+
+__all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "CC_STAGES", "tc_config", "tc_smem", "cc_smem",
+           "tc_units", "cc_units", "Workspace", "CC_MAX_M", "check_activation", "tc_ctas_per_sm",
+           "cc_ctas_per_sm", "default_ctas"]
+
+#: Tensor-core tile configurations by tokens per CTA: (MT, KT, stages). Larger M runs
+#: several 64-token tiles (two CTAs per SM beat one 128-token CTA per SM).
+TC_CONFIGS = {8: (8, 256, 6), 16: (16, 256, 5), 32: (32, 256, 4), 64: (64, 128, 4)}
+CC_STAGES = 4
+CC_MAX_M = 8
+_RM_KC = 512
+
+
+def tc_config(M: int) -> tuple[int, int, int]:
+    for mt in sorted(TC_CONFIGS):
+        if M <= mt:
+            return TC_CONFIGS[mt]
+    return TC_CONFIGS[max(TC_CONFIGS)]
+
+
+def _round(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def tc_ctas_per_sm(fmt_id: int, MT: int) -> int:
+    """CTAs per SM of ``w4a16_tc`` (mirrors ``TcCfg::MINB``)."""
+    return 2 if (MT <= 32 or (MT == 64 and fmt_id != 2)) else 1
+
+
+def cc_ctas_per_sm(MT: int) -> int:
+    """CTAs per SM of ``w4a16_cc`` and ``w4a4_gemv`` (their ``__launch_bounds__``)."""
+    return 2 if MT <= 2 else 1
+
+
+def default_ctas(units: int, ctas_per_sm: int, *, min_units: int) -> int:
+    """CTAs for a stripe-partitioned launch: up to ``ctas_per_sm`` per SM, but at least
+    ``min_units`` work units per CTA and never fewer than one CTA per SM -- RaZeR App. E's
+    limited-SM rule for small matrices (the measured sweep in docs/gpu.md: 132 CTAs beat
+    264 on 4096x4096 and 4096x6144 by 6-13%)."""
+    sms = sm_count()
+    return int(max(1, min(ctas_per_sm * sms, max(sms, units // min_units), units)))
+
+
+def tc_smem(block: int, scale_bytes: int, MT: int, KT: int, S: int) -> int:
+    """Dynamic shared memory of ``w4a16_tc`` (mirrors ``TcCfg`` in w4a16_tc.cu)."""
+    code = KT * 32
+    scale = (KT // block) * 64 * scale_bytes
+    stage = code + _round(scale, 128) + MT * KT * 2
+    return S * stage + MT * 68 * 4 + 16
+
+
+def cc_smem(block: int, scale_bytes: int, MT: int, S: int) -> int:
+    """Dynamic shared memory of ``w4a16_cc`` (mirrors ``CcCfg`` in w4a16_cc.cu)."""
+    scales = 8 * (_RM_KC // block) * 8 * scale_bytes
+    stage = (64 * _RM_KC // 2) + scales + MT * _RM_KC * 2
+    return S * stage + MT * 68 * 4 + 16
+
+
+def tc_units(pw: PackedW4A16, KT: int) -> tuple[int, int, int]:
+    """(row tiles, units per row tile, all units) of the tensor-core kernel."""
+    K_pad = pw.layout("frag")["K_pad"]
+    RT = pw.N_pad // ROW_TILE
+    KU = ceil_div(K_pad, KT)
+    return RT, KU, RT * KU
+
+
+def cc_units(pw: PackedW4A16) -> tuple[int, int, int]:
+    K_pad = pw.layout("rowmajor")["K_pad"]
+    RT = pw.N_pad // ROW_TILE
+    KU = ceil_div(K_pad, _RM_KC)
+    return RT, KU, RT * KU
+
+
+class Workspace:
+    """Per-device scratch for the cross-CTA reduction: FP32 partial tiles and the tile
+    counters (kept at zero between launches by the kernels). Grows on demand; allocate
+    before a CUDA-graph capture by running each shape once."""
+
+    _by_dev: dict = {}
+
+    @classmethod
+    def get(cls, n_floats: int, n_counters: int):
+        cp = require_cupy()
+        dev = cp.cuda.Device().id
+        ws, cnt = cls._by_dev.get(dev, (None, None))
+        if ws is None or ws.size < n_floats:
+            ws = cp.empty(max(n_floats, 1 << 16), dtype=cp.float32)
+        if cnt is None or cnt.size < n_counters:
+            cnt = cp.zeros(max(n_counters, 1 << 12), dtype=cp.int32)
+        cls._by_dev[dev] = (ws, cnt)
+        return ws, cnt
+
+
+def check_activation(x, K: int, *, max_m: int | None = None, name: str = "x"):
+    """Validate an activation matrix: CuPy, float16, 2-D ``[M, K]``, C-contiguous, 16-byte
+    aligned. Returns M."""
+    cp = require_cupy()
+    if not isinstance(x, cp.ndarray):
+        raise TypeError(f"{name} must be a CuPy array on the GPU, got {type(x).__name__}")
+    if x.dtype != cp.float16:
+        raise TypeError(f"{name} must be float16, got {x.dtype}")
+    if x.ndim != 2 or x.shape[1] != K:
+        raise ValueError(f"{name} must have shape [M, {K}], got {tuple(x.shape)}")
+    M = int(x.shape[0])
+    if M < 1:
+        raise ValueError(f"{name} has no rows (M = 0)")
+    if max_m is not None and M > max_m:
+        raise ValueError(f"{name} has M = {M} rows; this kernel handles M <= {max_m}")
+    if not x.flags.c_contiguous or x.data.ptr % 16:
+        raise ValueError(f"{name} must be C-contiguous and 16-byte aligned (use cupy.ascontiguousarray)")
+    return M
+
+
+def _out(out, M, N, out_dtype):
+    cp = require_cupy()
+    dt = np.dtype(out_dtype)
+    if dt not in (np.dtype(np.float16), np.dtype(np.float32)):
+        raise ValueError(f"out_dtype must be float16 or float32, got {dt}")
+    if out is None:
+        return cp.empty((M, N), dtype=dt), dt == np.float32
+    if not isinstance(out, cp.ndarray) or out.shape != (M, N) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous CuPy array of shape {(M, N)}")
+    if out.dtype not in (cp.float16, cp.float32):
+        raise ValueError(f"out must be float16 or float32, got {out.dtype}")
+    return out, out.dtype == cp.float32
+
+
+def _lut_args(pw):
+    return tuple(np.uint32(w) for w in pw.fmt.lut_args)
+
+
+def _on_device(pw: PackedW4A16, name: str):
+    cp = require_cupy()
+    lay = pw.layout(name)
+    if not isinstance(lay["codes"], cp.ndarray):
+        raise TypeError("the packed weight lives on the host; move it with packed.to(cupy)")
+    return lay
+
+
+def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int | None = None,
+            mt: int | None = None, sync: bool = False):
+    """Tensor-core W4A16 GEMM; ``mt`` forces a token tile (8, 16, 32, 64, 128)."""
+    lay = _on_device(pw, "frag")
+    M = check_activation(x, pw.K)
+    MT, KT, S = TC_CONFIGS[mt] if mt is not None else tc_config(M)
+    y, f32 = _out(out, M, pw.N, out_dtype)
+    kf = pw.fmt
+    RT, KU, U = tc_units(pw, KT)
+    T = ceil_div(M, MT)
+    if n_ctas is not None:
+        C = n_ctas
+    elif MT <= 16:  # memory-bound: the limited-CTA rule (measured sweep)
+        C = default_ctas(U, tc_ctas_per_sm(kf.fmt_id, MT), min_units=12)
+    else:  # compute-bound tiles want every CTA slot
+        C = max(1, tc_ctas_per_sm(kf.fmt_id, MT) * sm_count() // T)
+    C = int(max(1, min(C, U)))
+    ws, cnt = Workspace.get(T * 2 * C * MT * 64, T * RT)
+    smem = tc_smem(kf.block, kf.scale_dtype.itemsize, MT, KT, S)
+    k = kernel("w4a16_tc", F=kf.fmt_id, MT=MT, KT=KT, S=S, smem=smem)
+    scale = np.float32(pw.tensor_scale * (2.0 ** kf.f16_prescale_log2 if kf.block == 16 else 1.0))
+    k((C, T), (256,), (lay["codes"], lay["scales"], x, y, ws, cnt, np.int32(M), np.int32(pw.N),
+                       np.int32(pw.K), np.int32(lay["K_pad"]), np.int32(RT), np.int32(C), scale,
+                       np.int32(f32), *_lut_args(pw)), shared_mem=smem)
+    check_launch("w4a16_tc", sync=sync)
+    return y
+
+
+def gemv_cc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int | None = None,
+            sync: bool = False):
+    """CUDA-core W4A16 GEMV / small GEMM for M <= 8 (FP32 FFMA accumulation)."""
+    lay = _on_device(pw, "rowmajor")
+    M = check_activation(x, pw.K, max_m=CC_MAX_M)
+    MT = 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else 8
+    y, f32 = _out(out, M, pw.N, out_dtype)
+    kf = pw.fmt
+    RT, KU, U = cc_units(pw)
+    C = n_ctas if n_ctas is not None else default_ctas(U, cc_ctas_per_sm(MT), min_units=6)
+    C = int(max(1, min(C, U)))
+    ws, cnt = Workspace.get(2 * C * MT * 64, RT)
+    smem = cc_smem(kf.block, kf.scale_dtype.itemsize, MT, CC_STAGES)
+    k = kernel("w4a16_cc", F=kf.fmt_id, MT=MT, S=CC_STAGES, smem=smem)
+    k((C,), (256,), (lay["codes"], lay["scales"], x, y, ws, cnt, np.int32(M), np.int32(pw.N),
+                     np.int32(pw.K), np.int32(lay["K_pad"]), np.int32(RT), np.int32(C),
+                     np.float32(pw.tensor_scale), np.int32(f32), *_lut_args(pw)), shared_mem=smem)
+    check_launch("w4a16_cc", sync=sync)
+    return y

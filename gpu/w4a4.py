@@ -1,0 +1,97 @@
+"""ReSET's W4A4 NVFP4 small-M path: on-the-fly activation quantization and the CUDA-core GEMV.
+
+:func:`quantize_activation` turns FP16 ``x[M, K]`` into NVFP4 bit for bit as
+``mactile.golden.NVFP4().quantize(x)`` does (same FP32 op order; tensor scale over the
+whole ``x``) in one launch of one 8-CTA cluster; :func:`gemv_w4a4` multiplies NVFP4
+activations with NVFP4 weights (rowmajor layout) for M = 1..8; :func:`linear_w4a4` does both.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import kernel
+from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
+from .runtime import ceil_div, check_launch, require_cupy
+from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
+
+__all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M",
+           "w4a4_smem"]
+
+W4A4_MAX_M = 8
+
+
+def w4a4_stages(MT: int) -> int:
+    """Pipeline stages: 3 for M = 1 (three CTAs per SM fit), else 4."""
+    return 3 if MT == 1 else 4
+
+
+def w4a4_ctas_per_sm(MT: int) -> int:
+    """CTAs per SM (the kernel's ``__launch_bounds__``)."""
+    return 3 if MT == 1 else 2 if MT == 2 else 1
+_KC = 512
+
+
+def w4a4_smem(MT: int, S: int | None = None) -> int:
+    """Dynamic shared memory of ``w4a4_gemv`` (mirrors ``W4a4Cfg`` in w4a4.cu)."""
+    S = w4a4_stages(MT) if S is None else S
+    stage = (64 * _KC // 2) + 8 * (_KC // 16) * 8 + MT * (_KC // 2) + (-(-MT * (_KC // 16) // 128)) * 128
+    return S * stage + MT * 68 * 4 + 16
+
+
+def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = False) -> PackedActivation:
+    """NVFP4-quantize FP16 activations ``x[M, K]`` on the GPU (bit-exact with the golden model).
+
+    ``K`` must be a multiple of 16 (the NVFP4 block). ``out`` reuses buffers of a previous
+    call with the same shape (required inside CUDA graphs).
+    """
+    cp = require_cupy()
+    if not isinstance(x, cp.ndarray) or x.ndim != 2:
+        raise TypeError("x must be a 2-D CuPy float16 array [M, K]")
+    M, K = int(x.shape[0]), int(x.shape[1])
+    if K % 16:
+        raise ValueError(f"x has K = {K} columns, not a multiple of the NVFP4 block size 16")
+    check_activation(x, K)
+    KA = ceil_div(K, ACT_K_ALIGN) * ACT_K_ALIGN
+    if out is None:
+        out = PackedActivation(M, K, cp.empty((M, KA // 2), dtype=cp.uint8),
+                               cp.empty((M, KA // 16), dtype=cp.uint8), cp.empty(1, dtype=cp.float32))
+    elif (out.M, out.K) != (M, K):
+        raise ValueError(f"out was made for [{out.M}, {out.K}], x is [{M}, {K}]")
+    k = kernel("nvfp4_quantize_act")
+    k((8,), (512,), (x, np.int32(M), np.int32(K), np.int32(KA), out.codes, out.scales, out.tensor_scale))
+    check_launch("nvfp4_quantize_act", sync=sync)
+    return out
+
+
+def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16,
+              n_ctas: int | None = None, sync: bool = False):
+    """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation)."""
+    if pw.fmt.name != "nvfp4":
+        raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
+    if a.K != pw.K:
+        raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
+    if not 1 <= a.M <= W4A4_MAX_M:
+        raise ValueError(f"the W4A4 GEMV handles M = 1..{W4A4_MAX_M} (ReSET's small-M regime), got M = {a.M}")
+    lay = _on_device(pw, "rowmajor")
+    M = a.M
+    MT = 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else 8
+    y, f32 = _out(out, M, pw.N, out_dtype)
+    RT, KU, U = cc_units(pw)
+    C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
+    C = int(max(1, min(C, U)))
+    ws, cnt = Workspace.get(2 * C * MT * 64, RT)
+    smem = w4a4_smem(MT)
+    k = kernel("w4a4_gemv", MT=MT, S=w4a4_stages(MT), smem=smem)
+    l0, l1, l2, l3, _ = pw.fmt.lut_args
+    k((C,), (256,), (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, ws, cnt,
+                     np.int32(M), np.int32(pw.N), np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(RT),
+                     np.int32(C), np.float32(pw.tensor_scale), np.int32(f32),
+                     np.uint32(l0), np.uint32(l1), np.uint32(l2), np.uint32(l3)), shared_mem=smem)
+    check_launch("w4a4_gemv", sync=sync)
+    return y
+
+
+def linear_w4a4(x, pw: PackedW4A16, *, act: PackedActivation | None = None, **kw):
+    """Quantize ``x`` to NVFP4 and run the W4A4 GEMV (two launches)."""
+    a = quantize_activation(x, out=act)
+    return gemv_w4a4(a, pw, **kw)

@@ -1,0 +1,20 @@
+"""Shared helpers of the GPU tests (imported by test modules; no tests here)."""
+import numpy as np
+import pytest
+
+from mactile.gpu.runtime import gpu_skip_reason
+
+_WHY = gpu_skip_reason()
+#: Apply to every GPU test module: marked `gpu`, skipped with the reason when there is no GPU.
+GPU = [pytest.mark.gpu, pytest.mark.skipif(bool(_WHY), reason=f"no GPU: {_WHY}")]
+
+
+def cupy():
+    import cupy as cp
+    return cp
+
+
+def poisoned(shape, dtype):
+    """A device buffer full of NaN (unwritten outputs stay NaN and are caught)."""
+    cp = cupy()
+    return cp.full(shape, np.nan, dtype=dtype)

@@ -1,0 +1,110 @@
+"""Host-side packers (no GPU needed): exact round trips, and the kernels' decode (prmt
+lookups, special-value folding, scale bit placement) emulated in NumPy against the
+golden dequantization, for every format and odd shapes."""
+import numpy as np
+import pytest
+
+from mactile.golden import NVFP4, RaZeR, RaZeRG128, MXFP4, FP16
+from mactile.gpu.formats import (F16_MAGIC, F16_OFFSET, F32_MAGIC, F32_OFFSET, kernel_format,
+                                 fp4_encode_header, lut_byte, traits_header)
+from mactile.gpu.packing import (emulate_frag_values, emulate_rowmajor_values, pack_activation,
+                                 pack_w4a16, prmt, quantized_from_arrays, unpack_activation,
+                                 unpack_frag, unpack_rowmajor)
+
+FORMATS = [NVFP4(), RaZeR(), RaZeR(special_values=(4.5, 9.5)), RaZeRG128(), RaZeRG128(special_values=(2.5, 7.0))]
+IDS = ["nvfp4", "razer-5-8", "razer-4.5-9.5", "g128-5-8", "g128-2.5-7"]
+
+
+def _weights(fmt, N, K, rng):
+    x = rng.standard_normal((N, K)).astype(np.float32) * rng.uniform(0.1, 3, (N, 1)).astype(np.float32)
+    x[:, ::37] *= 9  # loud columns: every special candidate gets used somewhere
+    return fmt.quantize(x)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=IDS)
+@pytest.mark.parametrize("shape", [(64, 128), (70, 256), (130, 384), (1, 640)])
+def test_roundtrip_and_emulated_decode(fmt, shape, rng):
+    N, K = shape
+    if K % fmt.block_size:
+        pytest.skip("K not a multiple of the block")
+    q = _weights(fmt, N, K, rng)
+    p = pack_w4a16(q)
+    for unpack in (unpack_frag, unpack_rowmajor):
+        c, s = unpack(p)
+        np.testing.assert_array_equal(c, q.codes.reshape(N, K))
+        np.testing.assert_array_equal(s, q.scales.reshape(N, -1))
+    for emulate in (emulate_frag_values, emulate_rowmajor_values):
+        v = emulate(p)  # without the tensor scale; multiplying it back is exact
+        np.testing.assert_array_equal(v * float(q.tensor_scale), q.dequantize())
+    if fmt.name != "nvfp4":  # the special code must actually occur
+        assert (q.codes == 0).any()
+
+
+def test_padding_is_inert(rng):
+    q = _weights(RaZeR(), 65, 48, rng)  # pads N to 128, K to 64 (frag) / 64 (rowmajor)
+    p = pack_w4a16(q)
+    lay = p.layout("frag")
+    assert lay["codes"].shape[0] == 2 and lay["K_pad"] == 64
+    full = emulate_frag_values(pack_w4a16(quantized_from_arrays(
+        q.format, np.pad(q.codes.reshape(65, 48), ((0, 63), (0, 16)), constant_values=8),
+        np.pad(q.scales, ((0, 63), (0, 1))), q.tensor_scale)))
+    assert (full[65:] == 0).all() and (full[:, 48:] == 0).all()
+
+
+def test_prmt_model_matches_ptx_semantics():
+    # byte selection, and bit 3 of a selector nibble replicating the chosen byte's sign
+    a, b = np.uint32(0x83828180), np.uint32(0x07060504)
+    assert prmt(a, b, 0x3210) == 0x83828180
+    assert prmt(a, b, 0x7654) == 0x07060504
+    assert prmt(a, b, 0x0123) == 0x80818283
+    assert prmt(a, b, 0x8888) == 0xFFFFFFFF  # byte 0 = 0x80: sign set
+    assert prmt(a, b, 0xCCCC) == 0x00000000  # byte 4 = 0x04: sign clear
+
+
+def test_lut_words_follow_golden_tables():
+    for fmt in FORMATS:
+        kf = kernel_format(fmt)
+        bytes_ = [(w >> (8 * i)) & 0xFF for w in kf.lut for i in range(4)]
+        from mactile.golden import FP4_E2M1
+        for code in range(16):
+            v = 0.0 if (kf.has_special and code in (0, 8)) else FP4_E2M1.values[code]
+            assert bytes_[code] == lut_byte(v) and bytes_[code] < 128
+        if kf.has_special:
+            sp = [(kf.specials_word >> (8 * i)) & 0xFF for i in range(4)]
+            assert sp == [lut_byte(v) for v in kf.special_values_by_meta()]
+
+
+def test_magic_constants():
+    assert float(FP16.values[F16_MAGIC]) == 256.0 and F16_OFFSET == 272.0
+    assert np.uint32(F32_MAGIC).view(np.float32) == 128.0 and F32_OFFSET == 192.0
+    h = traits_header()
+    assert "template <> struct Fmt<2>" in h and "SCALE_MASK = 16383u" in h
+    assert "(a >= 0x1.8000000000000p-1f)" in fp4_encode_header()  # 0.75 ties up to code 2
+
+
+def test_errors(rng):
+    with pytest.raises(ValueError, match="no GPU kernel"):
+        pack_w4a16(MXFP4().quantize(rng.standard_normal((4, 64)).astype(np.float32)))
+    with pytest.raises(ValueError, match="2-D"):
+        pack_w4a16(NVFP4().quantize(rng.standard_normal((2, 4, 32)).astype(np.float32)))
+    with pytest.raises(ValueError, match="unknown layout"):
+        pack_w4a16(NVFP4().quantize(rng.standard_normal((4, 32)).astype(np.float32)), layouts=("x",))
+    with pytest.raises(TypeError, match="Quantized"):
+        pack_w4a16(np.zeros((4, 32)))
+    with pytest.raises(ValueError, match="block size 16"):
+        kernel_format(NVFP4(block_size=32))
+    p = pack_w4a16(NVFP4().quantize(rng.standard_normal((4, 32)).astype(np.float32)), layouts=("frag",))
+    with pytest.raises(ValueError, match="no 'rowmajor' layout"):
+        p.layout("rowmajor")
+
+
+def test_activation_pack_roundtrip(rng):
+    x = rng.standard_normal((5, 272)).astype(np.float16)
+    q = NVFP4().quantize(x)
+    a = pack_activation(q)
+    assert a.codes.shape == (5, 256) and a.scales.shape == (5, 32)
+    u = unpack_activation(a)
+    np.testing.assert_array_equal(u.codes, q.codes)
+    np.testing.assert_array_equal(u.scales, q.scales)
+    with pytest.raises(ValueError, match="nvfp4"):
+        pack_activation(RaZeR().quantize(x.astype(np.float32)))

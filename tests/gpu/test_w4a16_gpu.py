@@ -1,0 +1,136 @@
+"""W4A16 kernels on the GPU against the golden float64 GEMM (FP32-accumulation bound of
+mactile.gpu.check), exact-arithmetic cases (atol=0), poisoned outputs, odd shapes, errors."""
+import numpy as np
+import pytest
+
+from fp4_gpu_util import GPU, cupy, poisoned
+from mactile.golden import NVFP4, RaZeR, RaZeRG128
+from mactile.gpu.check import check_close, reference
+from mactile.gpu.packing import pack_w4a16, quantized_from_arrays
+
+pytestmark = GPU
+
+FORMATS = [NVFP4(), RaZeR(), RaZeRG128(special_values=(5.0, 7.5))]
+FIDS = ["nvfp4", "razer", "razer-g128"]
+
+
+def _kernels():
+    from mactile.gpu import gemm_tc, gemv_cc
+    return {"tc": gemm_tc, "cc": gemv_cc}
+
+
+def _weight(fmt, N, K, rng):
+    w = rng.standard_normal((N, K)).astype(np.float32) * rng.uniform(0.05, 2.0, (N, 1)).astype(np.float32)
+    w[:, ::29] *= 7.0
+    return fmt.quantize(w)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
+@pytest.mark.parametrize("NK", [(203, 1152), (64, 4096)], ids=["N203-K1152", "N64-K4096"])
+@pytest.mark.parametrize("kind,M", [("tc", 1), ("tc", 5), ("tc", 16), ("tc", 37), ("tc", 130),
+                                    ("cc", 1), ("cc", 3), ("cc", 8)])
+@pytest.mark.parametrize("out_dtype", [np.float16, np.float32], ids=["f16", "f32"])
+def test_against_golden(fmt, NK, kind, M, out_dtype, rng):
+    cp = cupy()
+    N, K = NK
+    q = _weight(fmt, N, K, rng)
+    pw = pack_w4a16(q).to(cp)
+    x = (rng.standard_normal((M, K)) * rng.uniform(0.2, 3.0, (M, 1))).astype(np.float16)
+    y = poisoned((M, N), out_dtype)
+    _kernels()[kind](cp.asarray(x), pw, out=y, sync=True)
+    y_ref, abs_sum = reference(x, q.dequantize())
+    check_close(y.get(), y_ref, abs_sum, K, what=f"{kind}/{fmt.name}")
+
+
+def _exact_case(fmt, N, K, rng):
+    """Random codes, scales in a narrow range, unit tensor scale, small-integer activations:
+    every product and partial sum is exact in FP32, so the kernels must match exactly."""
+    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
+    nb = K // fmt.block_size
+    if fmt.name == "nvfp4":
+        sc = (rng.integers(6, 10, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
+    elif fmt.name == "razer":
+        sc = (rng.integers(2, 6, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))
+              | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
+    else:
+        sc = (rng.integers(14, 16, (N, nb)) << 10 | rng.integers(0, 8, (N, nb)) << 7
+              | rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
+    q = quantized_from_arrays(fmt, codes, sc, 1.0)
+    x = (rng.integers(-8, 9, (1, K)) * 0.125).astype(np.float16)
+    return q, x
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
+@pytest.mark.parametrize("kind,M", [("tc", 3), ("tc", 70), ("cc", 1), ("cc", 6)])
+def test_exact_arithmetic_every_partition(fmt, kind, M, rng):
+    cp = cupy()
+    N, K = 197, 1152
+    q, x1 = _exact_case(fmt, N, K, rng)
+    x = np.concatenate([x1] + [(rng.integers(-8, 9, (1, K)) * 0.125).astype(np.float16) for _ in range(M - 1)])
+    y_ref, _ = reference(x, q.dequantize())
+    assert np.abs(y_ref).max() < 2 ** 15  # exactness premise
+    pw = pack_w4a16(q).to(cp)
+    outs = []
+    for n_ctas in (1, 7, None):
+        y = poisoned((M, N), np.float32)
+        _kernels()[kind](cp.asarray(x), pw, out=y, n_ctas=n_ctas, sync=True)
+        np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
+        outs.append(y.get())
+
+
+def test_broken_lookup_table_is_caught(rng):
+    """A deliberately wrong decode (LUT byte of code 3 changed) breaks the stated bound."""
+    import dataclasses
+    cp = cupy()
+    fmt = NVFP4()
+    N, K, M = 64, 1024, 2
+    q = _weight(fmt, N, K, rng)
+    pw = pack_w4a16(q).to(cp)
+    bad = list(pw.fmt.lut)
+    bad[0] = (bad[0] & 0x00FFFFFF) | (((bad[0] >> 24) + 2) << 24)  # code 3: 1.5 -> 2.0
+    pw.fmt = dataclasses.replace(pw.fmt, lut=tuple(bad))
+    x = rng.standard_normal((M, K)).astype(np.float16)
+    y_ref, abs_sum = reference(x, q.dequantize())
+    from mactile.gpu import gemm_tc, gemv_cc
+    for fn in (gemm_tc, gemv_cc):
+        y = fn(cp.asarray(x), pw, out_dtype=np.float32, sync=True)
+        with pytest.raises(AssertionError, match="exceeds"):
+            check_close(y.get(), y_ref, abs_sum, K)
+
+
+def test_deterministic(rng):
+    cp = cupy()
+    q = _weight(RaZeR(), 640, 2048, rng)
+    pw = pack_w4a16(q).to(cp)
+    x = cp.asarray(rng.standard_normal((4, 2048)).astype(np.float16))
+    from mactile.gpu import gemm_tc, gemv_cc
+    for fn in (gemm_tc, gemv_cc):
+        a = fn(x, pw, out_dtype=np.float32, sync=True).get()
+        b = fn(x, pw, out_dtype=np.float32, sync=True).get()
+        np.testing.assert_array_equal(a, b)
+
+
+def test_errors(rng):
+    cp = cupy()
+    from mactile.gpu import gemm_tc, gemv_cc
+    q = _weight(NVFP4(), 64, 256, rng)
+    pw_host = pack_w4a16(q)
+    pw = pw_host.to(cp)
+    x = cp.asarray(rng.standard_normal((9, 256)).astype(np.float16))
+    with pytest.raises(ValueError, match="M <= 8"):
+        gemv_cc(x, pw)
+    with pytest.raises(TypeError, match="float16"):
+        gemm_tc(x.astype(cp.float32), pw)
+    with pytest.raises(ValueError, match=r"\[M, 256\]"):
+        gemm_tc(x[:, :128], pw)
+    with pytest.raises(TypeError, match="host"):
+        gemm_tc(x, pw_host)
+    with pytest.raises(TypeError, match="CuPy"):
+        gemm_tc(x.get(), pw)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gemm_tc(cp.asarray(rng.standard_normal((2, 512)).astype(np.float16))[:, ::2], pw)
+    with pytest.raises(ValueError, match="out_dtype"):
+        gemm_tc(x, pw, out_dtype=np.int8)
+    pw_frag = pack_w4a16(q, layouts=("frag",)).to(cp)
+    with pytest.raises(ValueError, match="no 'rowmajor' layout"):
+        gemv_cc(x[:2], pw_frag)

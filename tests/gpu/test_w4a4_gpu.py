@@ -1,0 +1,118 @@
+"""ReSET W4A4 path on the GPU: activation quantization bit-exact with golden NVFP4, the
+GEMV against the golden float64 product (FP32-accumulation bound), exact cases, errors."""
+import numpy as np
+import pytest
+
+from fp4_gpu_util import GPU, cupy, poisoned
+from mactile.golden import NVFP4
+from mactile.gpu.check import check_close, reference
+from mactile.gpu.packing import (pack_activation, pack_w4a16, quantized_from_arrays,
+                                 unpack_activation)
+
+pytestmark = GPU
+
+
+def _wide_range(rng, M, K):
+    """FP16 activations spanning many binades, with zeros, -0, subnormals and the FP16 max."""
+    x = rng.standard_normal((M, K)) * np.exp2(rng.uniform(-14, 4, (M, K // 16, 1))).repeat(16, 2).reshape(M, K)
+    x = x.astype(np.float16)
+    x[0, :16] = 0
+    x[0, 16:32] = np.float16(-0.0)
+    if K >= 64:
+        x[-1, 32:48] = (rng.standard_normal(16) * 2.0 ** -20).astype(np.float16)  # subnormals
+        x[-1, 48] = np.float16(-65504.0)
+    return x
+
+
+@pytest.mark.parametrize("M,K", [(1, 16), (1, 4096), (3, 1040), (8, 5120), (8, 28672)])
+def test_quantize_bit_exact(M, K, rng):
+    cp = cupy()
+    from mactile.gpu import quantize_activation
+    for trial in range(3):
+        x = _wide_range(rng, M, K) if trial else (rng.standard_normal((M, K)) * 3).astype(np.float16)
+        a = quantize_activation(cp.asarray(x), sync=True)
+        got = unpack_activation(a)
+        want = NVFP4().quantize(x)
+        assert got.tensor_scale == want.tensor_scale
+        np.testing.assert_array_equal(got.scales, want.scales)
+        np.testing.assert_array_equal(got.codes, want.codes)
+        # padding columns written as zeros
+        KA = a.KA
+        if KA > K:
+            assert int(a.codes[:, K // 2:].max()) == 0 and int(a.scales[:, K // 16:].max()) == 0
+
+
+def test_quantize_ties_and_saturation():
+    """Scaled values on FP4 midpoints (ties to even) and block maxima that hit 448/6 exactly."""
+    cp = cupy()
+    from mactile.gpu import quantize_activation
+    # amax 2688 -> D32 = 1; a block with max 6 -> scale 1 exactly; then x are the scaled values
+    mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5.0, -6.0])
+    x = np.zeros((1, 64), np.float16)
+    x[0, :16] = mids
+    x[0, 16] = 2688.0
+    x[0, 32:48] = mids * 0.5
+    got = unpack_activation(quantize_activation(cp.asarray(x), sync=True))
+    want = NVFP4().quantize(x)
+    np.testing.assert_array_equal(got.codes, want.codes)
+    np.testing.assert_array_equal(got.scales, want.scales)
+
+
+def _weight(rng, N, K):
+    w = rng.standard_normal((N, K)).astype(np.float32) * rng.uniform(0.1, 2, (N, 1)).astype(np.float32)
+    return NVFP4().quantize(w)
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("NK", [(203, 1040), (96, 5120)], ids=["N203-K1040", "N96-K5120"])
+def test_gemv_against_golden(M, NK, rng):
+    cp = cupy()
+    from mactile.gpu import linear_w4a4
+    N, K = NK
+    qw = _weight(rng, N, K)
+    pw = pack_w4a16(qw, layouts=("rowmajor",)).to(cp)
+    x = (rng.standard_normal((M, K)) * rng.uniform(0.3, 3, (M, 1))).astype(np.float16)
+    for out_dtype in (np.float16, np.float32):
+        y = poisoned((M, N), out_dtype)
+        linear_w4a4(cp.asarray(x), pw, out=y, sync=True)
+        qa = NVFP4().quantize(x)
+        y_ref, abs_sum = reference(qa.dequantize(), qw.dequantize())
+        check_close(y.get(), y_ref, abs_sum, K, what="w4a4")
+
+
+def test_gemv_exact(rng):
+    """Golden-packed activations and weights with narrow scale ranges: exact in FP32."""
+    cp = cupy()
+    from mactile.gpu import gemv_w4a4
+    N, K, M = 150, 1536, 4
+
+    def q(rows):
+        codes = rng.integers(0, 16, (rows, K), dtype=np.uint8)
+        sc = (rng.integers(6, 9, (rows, K // 16)) << 3 | rng.integers(0, 8, (rows, K // 16))).astype(np.uint8)
+        return quantized_from_arrays(NVFP4(), codes, sc, 0.5)
+
+    qa, qw = q(M), q(N)
+    pw = pack_w4a16(qw, layouts=("rowmajor",)).to(cp)
+    a = pack_activation(qa, xp=cp)
+    y_ref, _ = reference(qa.dequantize(), qw.dequantize())
+    for n_ctas in (1, 5, None):
+        y = poisoned((M, N), np.float32)
+        gemv_w4a4(a, pw, out=y, n_ctas=n_ctas, sync=True)
+        np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
+
+
+def test_errors(rng):
+    cp = cupy()
+    from mactile.golden import RaZeR
+    from mactile.gpu import gemv_w4a4, quantize_activation
+    x = cp.asarray(rng.standard_normal((9, 64)).astype(np.float16))
+    pw = pack_w4a16(_weight(rng, 64, 64)).to(cp)
+    with pytest.raises(ValueError, match="M = 1..8"):
+        gemv_w4a4(quantize_activation(x), pw)
+    with pytest.raises(ValueError, match="multiple of the NVFP4 block"):
+        quantize_activation(cp.asarray(rng.standard_normal((2, 40)).astype(np.float16)))
+    pr = pack_w4a16(RaZeR().quantize(rng.standard_normal((64, 64)).astype(np.float32))).to(cp)
+    with pytest.raises(ValueError, match="nvfp4 weights"):
+        gemv_w4a4(quantize_activation(x[:2]), pr)
+    with pytest.raises(ValueError, match="K = 64"):
+        gemv_w4a4(quantize_activation(cp.asarray(rng.standard_normal((2, 128)).astype(np.float16))), pw)
