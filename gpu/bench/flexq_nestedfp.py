@@ -25,6 +25,8 @@ from . import harness
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336), "square8k": (8192, 8192)}
 FLEXQ_M = (1, 2, 4, 8, 16, 32, 64)
+#: time_launches options (the sweep uses fewer, shorter replays)
+TIMING: dict = {}
 NESTED_M = (1, 8, 64, 256, 1024, 2048)
 
 
@@ -51,13 +53,30 @@ def _base_extra(bl):
     return out
 
 
-def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None):
+def _cfg_list(configs, sname, N, K, M, extra=None):
+    if configs is None:
+        return [None]
+    if callable(configs):
+        return configs(sname, N, K, M, *(extra or ()))
+    return configs.get(M if extra is None else (extra[0], M), [None])
+
+
+def _cfg_repr(c):
+    if c is None:
+        return "default"
+    return {k: v for k, v in c.__dict__.items()} | {"kind": type(c).__name__}
+
+
+def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None, act_bits=(6, 8),
+                pdl_launch=None):
     cp = require_cupy()
-    from ..flexq.kernels import FlexQLinear, GemmConfig, GpuPlanes
+    from ..flexq.kernels import FlexQLinear, GpuPlanes
     rng = cp.random.default_rng(7)
     for sname, (N, K) in shapes.items():
         w16 = (rng.standard_normal((N, K), dtype=cp.float32) * 0.02).astype(cp.float16)
         base = FlexQLinear(w16)
+        if pdl_launch is not None:
+            base.pdl_launch = bool(pdl_launch)
         wbytes = base.w.planes.nbytes + base.w.scales.nbytes
         nset = harness.rotation_count(wbytes, l2_bytes=dev["l2_bytes"])
         layers = [base]
@@ -66,15 +85,16 @@ def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None):
             lay.w = GpuPlanes(base.w.planes.copy(), base.w.scales.copy(), base.w.rows, base.w.k,
                               base.w.bits, base.w.tile)
             lay._acts, lay._flag = {}, cp.zeros(1, dtype=cp.int32)
+            lay._ws = lay._counters = None
             layers.append(lay)
         for M in ms:
             xs = [rng.standard_normal((M, K), dtype=cp.float32).astype(cp.float16) for _ in range(nset)]
             bl = _baselines(M, N, K, ("fp16", "fp8", "int8"), dev, cache)
             b16 = bl["fp16"].timing.median_us if bl["fp16"].timing else None
             ref = xs[0] @ w16.T
-            for ab in (6, 8):
-                for cfg in (configs or {}).get(M, [None]):
-                    c = cfg and GemmConfig(*cfg)
+            for ab in act_bits:
+                for c in _cfg_list(configs, sname, N, K, M):
+                    cfg = c
                     ys = [cp.empty((M, N), dtype=cp.float16) for _ in range(nset)]
                     y = layers[0](xs[0], act_bits=ab, config=c, y=ys[0])
                     err = _rel(cp, y, ref)
@@ -83,16 +103,17 @@ def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None):
 
                     def launch(i, ab=ab, c=c, ys=ys):
                         layers[i](xs[i], act_bits=ab, config=c, y=ys[i])
-                    t = harness.time_launches(launch, n_sets=nset)
+                    t = harness.time_launches(launch, n_sets=nset, **TIMING)
                     moved = wbytes + M * K * 2 + M * N * 2
                     rec = harness.make_record(
                         kernel="flexq", format=f"W6A{ab}", K=K, N=N, M=M, timing=t,
                         bytes_moved=moved, baseline_fp16_us=b16, read_peak_tbps=peak,
                         device=dev, extra={"shape": sname, "rel_err_vs_fp16": err,
-                                           "config": list(cfg) if cfg else "default",
+                                           "config": _cfg_repr(cfg), "pdl": base.pdl_launch,
+
                                            **_base_extra(bl)})
                     records.append(rec)
-                    log(f"flexq {sname:9s} M={M:5d} W6A{ab} cfg={cfg or 'default'} "
+                    log(f"flexq {sname:9s} M={M:5d} W6A{ab} cfg={_short(cfg)} pdl={int(base.pdl_launch)} "
                         f"{t.median_us:8.2f} us  fp16 {b16 or float('nan'):8.2f}  "
                         f"x{rec['speedup_vs_fp16'] or float('nan'):5.2f}  err {err:.3g}")
             del xs
@@ -100,9 +121,15 @@ def bench_flexq(dev, peak, cache, records, log, *, shapes, ms, configs=None):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None):
+def _short(c):
+    if c is None:
+        return "default"
+    return type(c).__name__[0] + str(tuple(v for v in c.__dict__.values()))
+
+
+def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None, modes=("fp16", "fp8")):
     cp = require_cupy()
-    from ..nestedfp.kernels import NestedFPLinear, NfpConfig
+    from ..nestedfp.kernels import NestedFPLinear
     rng = cp.random.default_rng(11)
     for sname, (N, K) in shapes.items():
         nset = harness.rotation_count(N * K * 2, l2_bytes=dev["l2_bytes"])
@@ -117,9 +144,9 @@ def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None):
             bl = _baselines(M, N, K, ("fp16", "fp8"), dev, cache)
             b16 = bl["fp16"].timing.median_us if bl["fp16"].timing else None
             ref = xs[0] @ w0.T
-            for mode in ("fp16", "fp8"):
-                for cfg in (configs or {}).get((mode, M), [None]):
-                    c = cfg and NfpConfig(*cfg)
+            for mode in modes:
+                for c in _cfg_list(configs, sname, N, K, M, (mode,)):
+                    cfg = c
                     ys = [cp.empty((M, N), dtype=cp.float16) for _ in range(nset)]
                     y = layers[0](xs[0], mode=mode, config=c, y=ys[0])
                     err = _rel(cp, y, ref)
@@ -128,22 +155,73 @@ def bench_nested(dev, peak, cache, records, log, *, shapes, ms, configs=None):
 
                     def launch(i, mode=mode, c=c, ys=ys):
                         layers[i](xs[i], mode=mode, config=c, y=ys[i])
-                    t = harness.time_launches(launch, n_sets=nset)
+                    t = harness.time_launches(launch, n_sets=nset, **TIMING)
                     moved = N * K * (2 if mode == "fp16" else 1) + M * K * 2 + M * N * 2
                     rec = harness.make_record(
                         kernel="nestedfp", format=mode, K=K, N=N, M=M, timing=t,
                         bytes_moved=moved, baseline_fp16_us=b16, read_peak_tbps=peak,
                         device=dev, extra={"shape": sname, "rel_err_vs_fp16": err,
-                                           "config": list(cfg) if cfg else "default",
+                                           "config": _cfg_repr(cfg),
                                            "tflops": 2 * M * N * K / (t.median_us * 1e-6) / 1e12,
                                            **_base_extra(bl)})
                     records.append(rec)
-                    log(f"nested {sname:9s} M={M:5d} {mode} cfg={cfg or 'default'} "
+                    log(f"nested {sname:9s} M={M:5d} {mode} cfg={_short(cfg)} "
                         f"{t.median_us:8.2f} us  fp16 {b16 or float('nan'):8.2f}  "
                         f"x{rec['speedup_vs_fp16'] or float('nan'):5.2f}  err {err:.3g}")
             del xs
         del layers, w0
         cp.get_default_memory_pool().free_all_blocks()
+
+
+def _flexq_sweep(sname, N, K, M):
+    """FlexQ at M <= 8: the two-launch GEMM shapes and the fused kernel without a K split
+    (the first sweep's split-K fused shapes all lost; see docs/gpu.md)."""
+    from ..flexq.kernels import FUSED_SWEEP, SWEEP_CONFIGS, FusedConfig, GemmConfig
+    out = [None] + [GemmConfig(*t) for t in SWEEP_CONFIGS if t[0] == 1]
+    out += [FusedConfig(*t) for t in FUSED_SWEEP if t[3] >= 4]
+    return out
+
+
+def _stream_sweep(sname, N, K, M, mode):
+    from ..nestedfp.kernels import STREAM_SWEEP, NfpConfig, StreamConfig, choose_config
+    out = [None]
+    for t in STREAM_SWEEP:
+        if t[0] * 8 < M or (M <= 8 and t[0] != 1):
+            continue
+        base = StreamConfig(*t, fuse=M <= 8)
+        rb = 128 * -(-N // 128) // base.block_rows
+        auto = base.spans(K, rb)
+        # few K splits (long blocks; the activations' shared memory caps the span count)
+        few = min(K // 64, 96 // t[0], -(-(K // 64) // max(1, -(-132 // rb))))
+        for sps in sorted({auto, few}):
+            out.append(StreamConfig(*t, sps=sps, fuse=M <= 8))
+    if mode == "fp8" and M == 8:
+        out.append(StreamConfig(1, fuse=False))
+    c = choose_config(M, N, K, mode)
+    out.append(NfpConfig(c.wg, c.bn, c.stages, c.split))  # the wgmma kernel, for reference
+    return out
+
+
+def _large_sweep(sname, N, K, M, mode):
+    from ..nestedfp.kernels import NfpConfig, choose_config
+    c = choose_config(M, N, K, mode)
+    if mode == "fp8":
+        return [None]
+    return [None, NfpConfig(c.wg, c.bn, 3, c.split, "regs"), NfpConfig(2, 128, 5, c.split),
+            NfpConfig(2, 256, 4, c.split), NfpConfig(2, 128, 6, c.split)]
+
+
+def run_sweeps(dev, peak, cache, records, log, shapes):
+    TIMING.update(replays=7, target_replay_us=1000.0)
+    bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), configs=_flexq_sweep,
+                act_bits=(6,))
+    bench_nested(dev, peak, cache, records, log, shapes=shapes, ms=(1, 64),
+                 configs=_stream_sweep)
+    bench_nested(dev, peak, cache, records, log, shapes=shapes, ms=(8,), configs=_stream_sweep,
+                 modes=("fp8",))
+    bench_nested(dev, peak, cache, records, log, shapes={"square8k": SHAPES["square8k"]},
+                 ms=(256, 2048), configs=_large_sweep, modes=("fp16",))
+    TIMING.clear()
 
 
 def baseline_records(cache, dev, peak, records):
@@ -162,6 +240,8 @@ def baseline_records(cache, dev, peak, records):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     quick = "--quick" in argv
+    sweep_on = "--sweep" in argv
+    compare = "--compare" in argv
     argv = [a for a in argv if not a.startswith("--")]
     out = Path(argv[0] if argv else "out/bench")
     out.mkdir(parents=True, exist_ok=True)
@@ -178,14 +258,13 @@ def main(argv=None):
     t0 = time.time()
     records, cache = [], {}
     shapes = {k: SHAPES[k] for k in (("o", "square8k") if quick else SHAPES)}
-    fl_cfg = {8: [None, (1, 1, 1, 4, 4), (1, 2, 1, 8, 2), (1, 1, 2, 4, 4)],
-              64: [None, (8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1)]}
-    nf_cfg = {("fp16", 2048): [None, (2, 128, 3, 1), (2, 128, 4, 1)],
-              ("fp8", 2048): [None, (2, 128, 4, 1)]}
-    bench_flexq(dev, peak, cache, records, log, shapes={"square8k": SHAPES["square8k"]},
-                ms=(8, 64), configs=fl_cfg)
-    bench_nested(dev, peak, cache, records, log, shapes={"square8k": SHAPES["square8k"]},
-                 ms=(2048,), configs=nf_cfg)
+    if sweep_on:
+        run_sweeps(dev, peak, cache, records, log, shapes)
+    if compare:  # the FlexQ default GEMM launched without PDL, for comparison
+        TIMING.update(replays=7, target_replay_us=1000.0)
+        bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), act_bits=(6,),
+                    pdl_launch=False)
+        TIMING.clear()
     sweep = [dict(r, sweep=True) for r in records]
     records = []
     bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=FLEXQ_M)

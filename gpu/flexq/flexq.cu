@@ -66,6 +66,14 @@ FLEXQ_GENERATED_SCHEDULES
 
 namespace flexq {
 
+// Programmatic dependent launch (sm_90): the quantize kernel lets the GEMM grid launch at
+// once; the GEMM waits for the quantize grid's completion (and its memory) only before it
+// reads the activation planes. Both are no-ops for an ordinary launch.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   // Weights are read once: do not keep them in L1 (the paper's "cache eviction").
   uint4 v;
@@ -75,37 +83,19 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
 }
 
 // ---------------------------------------------------------------- online quantizer
-// One warp per (row, group). Lane l holds elements l, l+32, l+64, l+96 of the group, so
-// __ballot_sync of one bit of element 32*c + l over the warp is the packed word of chunk c.
-template <int BITS, int R>
-__global__ void __launch_bounds__(256)
-flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
-                    int rows_pad, uint32_t* __restrict__ planes,
-                    __half* __restrict__ scales, int* __restrict__ flag) {
+// One warp quantizes one (row, group): lane l holds elements l, l+32, l+64, l+96, so
+// __ballot_sync of one bit of element 32*c + l over the warp is the packed word of chunk
+// c. Golden IntGroup: s16 = FP16(FP32(amax) / FP32(max_int)); q = clip(rint(x32 / s32)).
+// Returns the FP16 scale; lane s*4 + c (< 4*BITS) receives the word of plane s, chunk c.
+template <int BITS>
+__device__ __forceinline__ __half quant_group(const float (&v)[4], int lane, uint32_t& mine) {
   constexpr int MAXI = (1 << (BITS - 1)) - 1;
   constexpr int MINI = -(1 << (BITS - 1));
-  constexpr int HALVES = R / 8;
-  constexpr int WORDS = BITS * HALVES;
-  const int G = K / FLEXQ_GROUP;
-  const int lane = threadIdx.x & 31;
-  const long long wid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (wid >= (long long)rows_pad * G) return;  // warp-uniform
-  const int row = (int)(wid / G), grp = (int)(wid % G);
-
-  float v[4];
-  bool bad = false;
   float amax = 0.f;
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    v[c] = 0.f;
-    if (row < rows) v[c] = __half2float(x[(long long)row * ldx + grp * FLEXQ_GROUP + 32 * c + lane]);
-    bad |= !isfinite(v[c]);
-    amax = fmaxf(amax, fabsf(v[c]));
-  }
+  for (int c = 0; c < 4; ++c) amax = fmaxf(amax, fabsf(v[c]));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(flag, 1);
-  // golden: s16 = FP16(FP32(amax) / FP32(max_int)); q = clip(rint(x32 / s32))
   const __half s16 = __float2half_rn(__fdiv_rn(amax, (float)MAXI));
   const float s32 = __half2float(s16);
   uint32_t pat[4];
@@ -119,8 +109,7 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
     }
     pat[c] = (uint32_t)q & ((1u << BITS) - 1u);
   }
-  const int tile = row / R, h = (row % R) / 8, g = row % 8;
-  uint32_t mine = 0;
+  mine = 0;
 #pragma unroll
   for (int s = 0; s < BITS; ++s) {
 #pragma unroll
@@ -129,6 +118,35 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
       if (lane == s * 4 + c) mine = wbits;
     }
   }
+  return s16;
+}
+
+template <int BITS, int R>
+__global__ void __launch_bounds__(256)
+flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
+                    int rows_pad, uint32_t* __restrict__ planes,
+                    __half* __restrict__ scales, int* __restrict__ flag) {
+  constexpr int HALVES = R / 8;
+  constexpr int WORDS = BITS * HALVES;
+  const int G = K / FLEXQ_GROUP;
+  const int lane = threadIdx.x & 31;
+  const long long wid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (wid >= (long long)rows_pad * G) return;  // warp-uniform
+  const int row = (int)(wid / G), grp = (int)(wid % G);
+  griddep_launch();
+
+  float v[4];
+  bool bad = false;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    v[c] = 0.f;
+    if (row < rows) v[c] = __half2float(x[(long long)row * ldx + grp * FLEXQ_GROUP + 32 * c + lane]);
+    bad |= !isfinite(v[c]);
+  }
+  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(flag, 1);
+  uint32_t mine;
+  const __half s16 = quant_group<BITS>(v, lane, mine);
+  const int tile = row / R, h = (row % R) / 8, g = row % 8;
   if (lane < BITS * 4) {
     const int s = lane / 4, c = lane % 4;
     const long long base = (((long long)tile * G + grp) * 32 + (g * 4 + c)) * WORDS;
@@ -144,7 +162,8 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
 template <int P, int Q, int MT, int RT, int WR, int WK, int U, int OUT>
 __global__ void __launch_bounds__(WR * WK * 32)
 flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
-           const uint32_t* __restrict__ xp, const __half* __restrict__ sx,
+           const uint32_t* xp, const __half* sx,  // not __restrict__: with it NVVM marks their
+           // loads invariant and hoists them above griddepcontrol.wait (seen in the SASS)
            void* __restrict__ out, int M, int N, int G, int n_wtiles, int Npad, int Mpad) {
   constexpr int WW = 2 * P;  // words per lane of one weight tile-group
   constexpr int BROWS = 16 * RT * WR;
@@ -156,6 +175,11 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
   const int gid = lane >> 2, tig = lane & 3;
   const int wt0 = blockIdx.x * RT * WR + wr * RT;
   const int xt0 = blockIdx.y * MT;
+  // Programmatic dependent launch: the activation planes come from the quantize launch,
+  // which may still run when this grid starts; wait for it (a no-op for a plain launch).
+  // ptxas places this before the first loads whatever the source order, so what PDL hides
+  // is the launch and ramp-up of this grid, not the first weight loads.
+  griddep_wait();
 
   float facc[RT][MT][4];
 #pragma unroll
@@ -267,6 +291,258 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
           reinterpret_cast<__half*>(out)[(long long)tok * N + row] = __float2half_rn(s);
         else
           reinterpret_cast<float*>(out)[(long long)tok * N + row] = s;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- fused small-M GEMM
+// One launch for M <= 8*MT tokens: the block's K range (gps groups from blockIdx.y * gps)
+// is quantized and packed into shared memory in the prologue (quant_group, bit-exact with
+// flexq_quantize_pack) while the first weight loads are in flight, then the same plane-pair
+// MMAs as flexq_gemm run with the weights streamed through registers (double-buffered).
+// C > 1: a cluster of C blocks along N shares the quantization (block rank r packs groups
+// r, r + C, ...; the others read them over distributed shared memory).
+// K splits (gridDim.y > 1) meet in an FP32 workspace (red.add); the last block of a row
+// block converts it and clears it (order of FP32 additions not fixed).
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t ld_dsmem(const void* local, uint32_t rank) {
+  uint32_t remote, v;
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+template <int P, int Q, int MT, int RT, int WR, int WK, int U, int C, int OUT>
+__global__ void __launch_bounds__(WR * WK * 32) __cluster_dims__(C, 1, 1)
+flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
+            const __half* __restrict__ x, int ldx, void* __restrict__ out,
+            float* __restrict__ ws, int* __restrict__ counters, int* __restrict__ flag,
+            int M, int N, int G, int n_wtiles, int Npad, int gps) {
+  constexpr int WW = 2 * P;
+  constexpr int NW = WR * WK;
+  constexpr int BROWS = 16 * RT * WR;
+  constexpr int BTOK = 8 * MT;
+  extern __shared__ __align__(16) uint32_t smem[];
+  uint32_t* xs = smem;                                          // [MT][gps][32][Q]
+  float* sxs = reinterpret_cast<float*>(smem + MT * gps * 32 * Q);  // [gps][BTOK]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wr = warp % WR, wk = warp / WR;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int wt0 = blockIdx.x * RT * WR + wr * RT;
+  const int gs0 = blockIdx.y * gps;
+  const int gcount = min(gps, G - gs0);
+
+  uint32_t wfa[U][RT][WW], wfb[U][RT][WW];
+  float sfa[U][RT][2], sfb[U][RT][2];
+  // Groups of this warp: gl = wk + WK * (u + U * it), it = 0, 1, ...
+  auto load = [&](uint32_t (&wf)[U][RT][WW], float (&sf)[U][RT][2], int it) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int gl = wk + WK * (u + U * it);
+      if (gl < gcount) {
+        const int grp = gs0 + gl;
+#pragma unroll
+        for (int i = 0; i < RT; ++i) {
+          const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
+          const uint32_t* p = wp + (((long long)wt * G + grp) * 32 + lane) * WW;
+#pragma unroll
+          for (int v = 0; v < WW / 4; ++v) {
+            const uint4 t = ldg_stream(p + 4 * v);
+            wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
+            wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
+          }
+          const __half* q = sw + (long long)grp * Npad + wt * 16 + gid;
+          sf[u][i][0] = __half2float(q[0]);
+          sf[u][i][1] = __half2float(q[8]);
+        }
+      }
+    }
+  };
+  load(wfa, sfa, 0);  // in flight during the activation prologue
+
+  // ---- prologue: quantize + pack this block's groups of the M tokens into shared memory
+  {
+    const uint32_t rank = C > 1 ? cluster_rank() : 0u;
+    const int own = (gcount - (int)rank + C - 1) / C;  // groups rank, rank + C, ...
+    const int pairs = own * BTOK;
+    bool bad = false;
+    for (int pi = warp; pi < pairs; pi += NW) {
+      const int tt = pi % BTOK, gl = (int)rank + C * (pi / BTOK);
+      const int j = tt >> 3, gg = tt & 7;
+      uint32_t* dst = xs + ((j * gps + gl) * 32) * Q;
+      if (tt < M) {  // warp-uniform
+        const __half* src = x + (long long)tt * ldx + (gs0 + gl) * FLEXQ_GROUP + lane;
+        float v[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          v[c] = __half2float(src[32 * c]);
+          bad |= !isfinite(v[c]);
+        }
+        uint32_t mine;
+        const __half s16 = quant_group<Q>(v, lane, mine);
+        if (lane < Q * 4) dst[(gg * 4 + (lane & 3)) * Q + (lane >> 2)] = mine;
+        if (lane == 0) sxs[gl * BTOK + tt] = __half2float(s16);
+      } else {
+        if (lane < Q * 4) dst[(gg * 4 + (lane & 3)) * Q + (lane >> 2)] = 0u;
+        if (lane == 0) sxs[gl * BTOK + tt] = 0.f;
+      }
+    }
+    if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(flag, 1);
+    if constexpr (C > 1) {
+      cluster_arrive();
+      cluster_wait();  // every block's own groups are packed
+      const int per_group = MT * 32 * Q + BTOK;  // words + scales of one group
+      for (int e = threadIdx.x; e < gcount * per_group; e += NW * 32) {
+        const int gl = e / per_group, w = e % per_group;
+        const uint32_t owner = (uint32_t)(gl % C);
+        if (owner == rank) continue;
+        if (w < MT * 32 * Q) {
+          const int j = w / (32 * Q), r = w % (32 * Q);
+          uint32_t* a = xs + (j * gps + gl) * 32 * Q + r;
+          *a = ld_dsmem(a, owner);
+        } else {
+          float* a = sxs + gl * BTOK + (w - MT * 32 * Q);
+          *a = __uint_as_float(ld_dsmem(a, owner));
+        }
+      }
+      cluster_arrive();  // done reading the others' shared memory (waited for before exit)
+    }
+    __syncthreads();
+  }
+
+  float facc[RT][MT][4];
+#pragma unroll
+  for (int i = 0; i < RT; ++i)
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) facc[i][j][r] = 0.f;
+
+  auto compute = [&](const uint32_t (&wf)[U][RT][WW], const float (&sf)[U][RT][2], int it) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int gl = wk + WK * (u + U * it);
+      if (gl < gcount) {
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          uint32_t xf[Q];
+          const uint32_t* xp = xs + ((j * gps + gl) * 32 + lane) * Q;
+          if constexpr (Q % 4 == 0) {
+#pragma unroll
+            for (int v = 0; v < Q / 4; ++v) {
+              const uint4 t = *reinterpret_cast<const uint4*>(xp + 4 * v);
+              xf[4 * v] = t.x; xf[4 * v + 1] = t.y; xf[4 * v + 2] = t.z; xf[4 * v + 3] = t.w;
+            }
+          } else {
+#pragma unroll
+            for (int v = 0; v < Q / 2; ++v) {
+              const uint2 t = *reinterpret_cast<const uint2*>(xp + 2 * v);
+              xf[2 * v] = t.x; xf[2 * v + 1] = t.y;
+            }
+          }
+          const float2 s2 = *reinterpret_cast<const float2*>(sxs + gl * BTOK + j * 8 + 2 * tig);
+#pragma unroll
+          for (int i = 0; i < RT; ++i) {
+            int acc[4];
+            FlexqTile<P, Q>::run(wf[u][i], xf, acc);
+            if constexpr (OUT == 2) {
+              int* o = reinterpret_cast<int*>(out);
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                const int row = (wt0 + i) * 16 + gid + 8 * (r >> 1);
+                const int tok = j * 8 + 2 * tig + (r & 1);
+                if (row < N && tok < M && wt0 + i < n_wtiles)
+                  o[((long long)tok * N + row) * G + gs0 + gl] = acc[r];
+              }
+            } else {
+#pragma unroll
+              for (int r = 0; r < 4; ++r)
+                facc[i][j][r] = fmaf((float)acc[r], sf[u][i][r >> 1] * ((r & 1) ? s2.y : s2.x),
+                                     facc[i][j][r]);
+            }
+          }
+        }
+      }
+    }
+  };
+
+  const int iters = gcount > wk ? (gcount - wk + WK * U - 1) / (WK * U) : 0;
+  for (int it = 0; it < iters; it += 2) {
+    if (it + 1 < iters) load(wfb, sfb, it + 1);
+    compute(wfa, sfa, it);
+    if (it + 1 >= iters) break;
+    if (it + 2 < iters) load(wfa, sfa, it + 2);
+    compute(wfb, sfb, it + 1);
+  }
+
+  if constexpr (C > 1) cluster_wait();  // the cluster's blocks no longer read our smem
+  if constexpr (OUT != 2) {
+    float* red = reinterpret_cast<float*>(smem);  // [WK][BTOK][BROWS], reuses xs
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < RT; ++i)
+#pragma unroll
+      for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int rl = (wr * RT + i) * 16 + gid + 8 * (r >> 1);
+          const int tl = j * 8 + 2 * tig + (r & 1);
+          red[(wk * BTOK + tl) * BROWS + rl] = facc[i][j][r];
+        }
+    __syncthreads();
+    const int row0 = blockIdx.x * BROWS;
+    const bool split = gridDim.y > 1;
+    for (int idx = threadIdx.x; idx < BTOK * BROWS; idx += NW * 32) {
+      const int tl = idx / BROWS, rl = idx % BROWS;
+      const int row = row0 + rl, tok = tl;
+      if (row < N && tok < M) {
+        float s = red[tl * BROWS + rl];
+#pragma unroll
+        for (int w = 1; w < WK; ++w) s += red[(w * BTOK + tl) * BROWS + rl];
+        if (split)
+          atomicAdd(ws + (long long)tok * N + row, s);
+        else if constexpr (OUT == 0)
+          reinterpret_cast<__half*>(out)[(long long)tok * N + row] = __float2half_rn(s);
+        else
+          reinterpret_cast<float*>(out)[(long long)tok * N + row] = s;
+      }
+    }
+    if (split) {
+      __threadfence();
+      __syncthreads();
+      __shared__ int last;
+      if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.x, 1) == (int)gridDim.y - 1;
+      __syncthreads();
+      if (last) {
+        __threadfence();
+        for (int idx = threadIdx.x; idx < BTOK * BROWS; idx += NW * 32) {
+          const int tl = idx / BROWS, rl = idx % BROWS;
+          const int row = row0 + rl, tok = tl;
+          if (row < N && tok < M) {
+            float* src = ws + (long long)tok * N + row;
+            const float s = __ldcg(src);
+            __stcg(src, 0.f);
+            if constexpr (OUT == 0)
+              reinterpret_cast<__half*>(out)[(long long)tok * N + row] = __float2half_rn(s);
+            else
+              reinterpret_cast<float*>(out)[(long long)tok * N + row] = s;
+          }
+        }
+        if (threadIdx.x == 0) counters[blockIdx.x] = 0;
       }
     }
   }

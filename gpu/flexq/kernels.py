@@ -16,11 +16,12 @@ import numpy as np
 
 from mactile.golden.block import InputError
 
-from .. import prebuilt, runtime
+from .. import pdl, prebuilt, runtime
 from .codegen import schedule_source
 from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes
 
-__all__ = ["FlexQLinear", "GemmConfig", "choose_config", "GpuPlanes", "quantize_pack"]
+__all__ = ["FlexQLinear", "GemmConfig", "FusedConfig", "choose_config", "choose_fused",
+           "GpuPlanes", "quantize_pack"]
 
 _SRC = Path(__file__).with_name("flexq.cu")
 WEIGHT_BITS = 6
@@ -56,14 +57,87 @@ class GemmConfig:
         return 8 * self.mt
 
 
+#: Measured two-launch GEMM shapes per weight shape (N, K) for M <= 8 (from the sweeps in
+#: docs/results; docs/gpu.md). Other shapes use (1, 2, 1, 16, 1): 32 rows and 16 warps along
+#: K per block, the best or tied-best of the second sweep on all five benchmark shapes.
+GEMM_TABLE: dict = {}
+
+
 def choose_config(m: int, n: int, groups: int) -> GemmConfig:
     """Default kernel shape for M tokens (the measured choices are in docs/gpu.md)."""
     mt = 1 if m <= 8 else 2 if m <= 16 else 4 if m <= 32 else 8
-    if mt <= 2:
+    if mt == 1:
+        return GEMM_TABLE.get((n, groups * GROUP), GemmConfig(mt=1, rt=2, wr=1, wk=16, u=1))
+    if mt == 2:
         return GemmConfig(mt=mt, rt=1, wr=1, wk=8, u=4)
     if mt == 4:
         return GemmConfig(mt=mt, rt=1, wr=2, wk=4, u=2)
     return GemmConfig(mt=mt, rt=1, wr=2, wk=4, u=1)
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """Shape of the fused small-M kernel (``flexq_fused``): MT token tiles (M <= 8 MT), RT
+    weight tiles per warp, WR x WK warps, U groups per warp and buffer (two buffers in
+    flight), C blocks per cluster sharing the activation quantization, and ``gps`` groups
+    per block (the K split: ``ceil(G / gps)`` blocks along K; None: all groups)."""
+
+    mt: int = 1
+    rt: int = 2
+    wr: int = 4
+    wk: int = 2
+    u: int = 1
+    c: int = 1
+    gps: int | None = None
+
+    def __post_init__(self):
+        for name in ("mt", "rt", "wr", "wk", "u", "c"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"FusedConfig.{name} must be a positive int, got {v!r}")
+        if self.mt > 2:
+            raise ValueError(f"FusedConfig.mt must be 1 or 2 (M <= 16), got {self.mt}")
+        if self.wr * self.wk > 32:
+            raise ValueError(f"FusedConfig: {self.wr * self.wk} warps exceed a block of 1024 threads")
+        if self.c not in (1, 2, 4, 8):
+            raise ValueError(f"FusedConfig.c (cluster size) must be 1, 2, 4 or 8, got {self.c}")
+        if self.gps is not None and (not isinstance(self.gps, int) or self.gps < 1):
+            raise ValueError(f"FusedConfig.gps must be a positive int or None, got {self.gps!r}")
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.rt * self.wr
+
+    @property
+    def block_tokens(self) -> int:
+        return 8 * self.mt
+
+    def groups_per_block(self, groups: int) -> int:
+        return groups if self.gps is None else min(self.gps, groups)
+
+    def grid(self, n_wtiles: int, groups: int) -> tuple[int, int]:
+        gx = -(-n_wtiles // (self.rt * self.wr))
+        gx = -(-gx // self.c) * self.c  # whole clusters
+        return gx, -(-groups // self.groups_per_block(groups))
+
+    def smem(self, bits_a: int, groups: int) -> int:
+        gps = self.groups_per_block(groups)
+        acts = (self.mt * gps * 32 * bits_a + gps * self.block_tokens) * 4
+        red = self.wk * self.block_tokens * self.block_rows * 4
+        return max(acts, red)
+
+
+#: Measured fused-kernel choices per weight shape (N, K) for M <= 8 (filled from the
+#: sweep in docs/results; see docs/gpu.md). Shapes not listed use :func:`choose_fused`'s rule.
+FUSED_TABLE: dict = {}
+
+
+def choose_fused(m: int, n: int, groups: int) -> FusedConfig | None:
+    """Fused-kernel shape for M tokens where the measured table prefers the fused kernel
+    over the two launches, else None."""
+    if m > 8:
+        return None
+    return FUSED_TABLE.get((n, groups * GROUP))
 
 
 @dataclass
@@ -102,10 +176,22 @@ def _gemm_name(q: int, cfg: GemmConfig, out: str) -> str:
             f"{cfg.u}, {OUT_KINDS[out]}>")
 
 
+def _fused_name(q: int, cfg: FusedConfig, out: str) -> str:
+    return (f"flexq::flexq_fused<{WEIGHT_BITS}, {q}, {cfg.mt}, {cfg.rt}, {cfg.wr}, {cfg.wk}, "
+            f"{cfg.u}, {cfg.c}, {OUT_KINDS[out]}>")
+
+
+#: Fused-kernel shapes (mt, rt, wr, wk, u, c) the tests and the benchmark sweep use.
+FUSED_TEST = ((1, 2, 4, 2, 1, 4), (1, 1, 2, 3, 2, 1), (2, 1, 4, 2, 1, 2), (1, 2, 2, 2, 2, 8))
+FUSED_SWEEP = ((1, 2, 4, 2, 1, 1), (1, 2, 4, 1, 2, 4), (1, 2, 8, 1, 1, 8),
+               (1, 2, 1, 8, 2, 1), (1, 2, 1, 8, 2, 8), (1, 2, 2, 4, 2, 8), (1, 1, 1, 8, 4, 8))
+
 #: Kernel shapes the tests and the benchmark sweep use besides :func:`choose_config`'s.
 TEST_CONFIGS = ((1, 1, 1, 8, 4), (2, 2, 2, 3, 2), (4, 1, 4, 2, 1), (8, 1, 2, 4, 1), (8, 2, 1, 5, 3))
 SWEEP_CONFIGS = ((8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1), (1, 1, 1, 4, 4),
-                 (1, 2, 1, 8, 2), (1, 1, 2, 4, 4), (4, 1, 1, 8, 2), (2, 1, 2, 4, 4))
+                 (1, 2, 1, 8, 2), (1, 1, 2, 4, 4), (4, 1, 1, 8, 2), (2, 1, 2, 4, 4),
+                 (1, 2, 1, 8, 4), (1, 4, 1, 8, 1), (1, 4, 1, 8, 2), (1, 1, 1, 8, 4), (1, 2, 2, 4, 2),
+                 (1, 2, 1, 4, 4), (1, 1, 1, 16, 2), (1, 2, 1, 16, 1), (1, 4, 1, 4, 2))
 
 
 def prebuilt_jobs():
@@ -120,12 +206,29 @@ def prebuilt_jobs():
         names = list(quant)
         for q in ACT_BITS:
             names += [_gemm_name(q, c, "int") for c in defaults + tests]
-            names += [_gemm_name(q, c, "float16") for c in defaults]
+            names += [_gemm_name(q, c, "float16") for c in defaults + tests]
             if singles == "k128":
                 names += [_gemm_name(q, c, "float32") for c in defaults]
                 names += [_gemm_name(q, c, "float16") for c in sweep]
+        full = {FusedConfig(*t) for t in FUSED_TEST}
+        for q in ACT_BITS:
+            for c in full | {FusedConfig(*t) for t in FUSED_SWEEP}:
+                kinds = ("int", "float16", "float32") if c in full else ("float16",)
+                if singles == "k256":
+                    kinds = ("int",) if c == FusedConfig(*FUSED_TEST[0]) else ()
+                names += [_fused_name(q, c, o) for o in kinds]
         jobs.append((_source(singles), names))
     return jobs
+
+
+_SMS: list = []
+
+
+def _sm_count() -> int:
+    if not _SMS:
+        cp = runtime.require_cupy()
+        _SMS.append(int(cp.cuda.Device().attributes["MultiProcessorCount"]))
+    return _SMS[0]
 
 
 def _check_fp16_matrix(cp, x, what: str):
@@ -197,10 +300,19 @@ class FlexQLinear:
         (N, K) array (quantized and packed on the GPU, bit-exact with golden IntGroup).
     act_bits : default activation width, 6 (W6A6) or 8 (W6A8, FlexQ's down_proj).
     singles : how an odd plane pair is issued: 'k128' (m16n8k128) or 'k256' (zero half).
+    pdl_launch : launch the GEMM with programmatic dependent launch after the activation
+        quantize kernel (None: when ``cuda.bindings`` imports); results are identical.
     """
 
-    def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128"):
+    def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128",
+                 pdl_launch: bool | None = None):
         cp = runtime.require_cupy()
+        # Programmatic dependent launch of the GEMM after the activation quantize launch
+        # (the GEMM streams its first weights while the activations are packed); None: when
+        # cuda.bindings is importable.
+        self.pdl_launch = pdl.available() if pdl_launch is None else bool(pdl_launch)
+        if self.pdl_launch and not pdl.available():
+            raise ValueError("flexq: pdl_launch=True needs the cuda-bindings package")
         if act_bits not in ACT_BITS:
             raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {act_bits}")
         if singles not in ("k128", "k256"):
@@ -225,6 +337,8 @@ class FlexQLinear:
         self.n, self.k = w.rows, w.k
         self._acts: dict = {}  # reused activation buffers per (rows_pad, bits)
         self._flag = cp.zeros(1, dtype=cp.int32)
+        self._ws = None        # fused kernel's split-K FP32 workspace (kept zero between calls)
+        self._counters = None  # and its per-row-block arrival counters
 
     @property
     def groups(self) -> int:
@@ -251,7 +365,8 @@ class FlexQLinear:
         return quantize_pack(x, bits=bits, tile=ACT_TILE, rows_pad=rp, check_finite=check_finite,
                              singles=self.singles, into=buf, flag=self._flag)
 
-    def matmul_planes(self, xp: GpuPlanes, *, out: str = "float16", config=None, y=None):
+    def matmul_planes(self, xp: GpuPlanes, *, out: str = "float16", config=None, y=None,
+                      _pdl: bool = False):
         """GEMM on packed activations; ``out``: 'float16', 'float32' or 'int' (int32
         ``(M, N, groups)`` per-group integer results before scaling). ``y``: optional
         preallocated C-contiguous destination of that dtype and shape."""
@@ -277,15 +392,73 @@ class FlexQLinear:
         smem = 0 if out == "int" else cfg.wk * cfg.block_tokens * cfg.block_rows * 4
         fn = _kernel(self.singles, _gemm_name(xp.bits, cfg, out), smem)
         grid = (-(-n_wtiles // (cfg.rt * cfg.wr)), xp.rows_pad // cfg.block_tokens)
+        args = (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
+                np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
+                np.int32(xp.rows_pad))
+        # PDL only right after this layer's own activation-quantize launch (__call__), and only
+        # for grids of more blocks than SMs: measured on the H100, a sub-wave grid (128 blocks:
+        # o_proj, down_proj) launched early came out slower (down_proj M <= 8: 24.6 vs 21.1 us;
+        # M = 64: 1.4x slower), presumably because its blocks are placed while the quantize
+        # blocks still hold SMs; larger grids gained 0.6-1.2 us (docs/gpu.md notes).
+        if _pdl and grid[0] * grid[1] > _sm_count():
+            pdl.launch(fn, grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)
+        else:
+            fn(grid, (cfg.wr * cfg.wk * 32,), args, shared_mem=smem)
+        return y
+
+    def _fused(self, x, bits: int, out: str, cfg: FusedConfig, check_finite: bool, y):
+        """One launch: quantize + pack in the block prologue, then the GEMM (M <= 8 MT)."""
+        cp = runtime.require_cupy()
+        x = _check_fp16_matrix(cp, x, "activations")
+        m, k = x.shape
+        if k != self.k:
+            raise InputError(f"flexq: activations have K = {k}, weights K = {self.k}")
+        if m > cfg.block_tokens:
+            raise InputError(f"flexq: the fused kernel takes M <= {cfg.block_tokens} with "
+                             f"mt={cfg.mt}, got M = {m}")
+        g = self.groups
+        shape = (m, self.n, g) if out == "int" else (m, self.n)
+        dtype = {"int": cp.int32, "float16": cp.float16, "float32": cp.float32}[out]
+        if y is None:
+            y = cp.empty(shape, dtype=dtype)
+        elif y.shape != shape or y.dtype != dtype or not y.flags.c_contiguous:
+            raise InputError(f"flexq: y must be a C-contiguous {np.dtype(dtype)} array of "
+                             f"shape {shape}, got {y.dtype} {y.shape}")
+        n_wtiles = self.w.planes.shape[0]
+        grid = cfg.grid(n_wtiles, g)
+        if self._ws is None or self._ws.shape[0] < 16:
+            self._ws = cp.zeros((16, self.n), dtype=cp.float32)  # cleared by the last block
+        if self._counters is None or self._counters.size < grid[0]:
+            self._counters = cp.zeros(grid[0], dtype=cp.int32)
+        if check_finite:
+            self._flag.fill(0)
+        smem = cfg.smem(bits, g)
+        fn = _kernel(self.singles, _fused_name(bits, cfg, out), smem)
         fn(grid, (cfg.wr * cfg.wk * 32,),
-           (self.w.planes, self.w.scales, xp.planes, xp.scales, y, np.int32(m),
-            np.int32(self.n), np.int32(g), np.int32(n_wtiles), np.int32(self.w.rows_pad),
-            np.int32(xp.rows_pad)), shared_mem=smem)
+           (self.w.planes, self.w.scales, x, np.int32(x.shape[1]), y, self._ws, self._counters,
+            self._flag, np.int32(m), np.int32(self.n), np.int32(g), np.int32(n_wtiles),
+            np.int32(self.w.rows_pad), np.int32(cfg.groups_per_block(g))), shared_mem=smem)
+        if check_finite and int(self._flag.get()[0]):
+            raise InputError("flexq: input holds NaN or Inf")
         return y
 
     def __call__(self, x, *, act_bits: int | None = None, out: str = "float16", config=None,
                  check_finite: bool = False, y=None):
-        """``y = x @ w.T`` (M, N), FP16 by default. ``check_finite`` syncs to refuse NaN/Inf."""
+        """``y = x @ w.T`` (M, N), FP16 by default. ``check_finite`` syncs to refuse NaN/Inf.
+
+        A :class:`FusedConfig` (or a measured :data:`FUSED_TABLE` entry for M <= 8) runs the
+        fused one-launch kernel; otherwise the activations are quantized and packed in a
+        separate launch first (a :class:`GemmConfig` or :func:`choose_config`)."""
+        bits = self.act_bits if act_bits is None else act_bits
+        if bits not in ACT_BITS:
+            raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {bits}")
+        if out not in OUT_KINDS:
+            raise ValueError(f"flexq: out must be one of {tuple(OUT_KINDS)}, got {out!r}")
+        fcfg = config if isinstance(config, FusedConfig) else None
+        if config is None and getattr(x, "ndim", 0) == 2:
+            fcfg = choose_fused(x.shape[0], self.n, self.groups)
+        if fcfg is not None:
+            return self._fused(x, bits, out, fcfg, check_finite, y)
         cfg = config or choose_config(x.shape[0], self.n, self.groups)
-        xp = self.quantize_activations(x, act_bits=act_bits, config=cfg, check_finite=check_finite)
-        return self.matmul_planes(xp, out=out, config=cfg, y=y)
+        xp = self.quantize_activations(x, act_bits=bits, config=cfg, check_finite=check_finite)
+        return self.matmul_planes(xp, out=out, config=cfg, y=y, _pdl=self.pdl_launch)

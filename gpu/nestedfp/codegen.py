@@ -2,7 +2,8 @@
 
 ``Wgmma<N>::rs_f16(d, a, bdesc)``: ``wgmma.mma_async m64nNk16 .f32.f16.f16`` with A (four
 f16x2 registers per thread) from registers and B (K-major, 128-byte swizzle) from shared
-memory. ``Wgmma<N>::ss_e4m3(d, adesc, bdesc)``: ``m64nNk32 .f32.e4m3.e4m3`` with both
+memory. ``Wgmma<N>::ss_f16(d, adesc, bdesc)``: the same with A from shared memory too
+(K-major, 128-byte swizzle). ``Wgmma<N>::ss_e4m3(d, adesc, bdesc)``: ``m64nNk32 .f32.e4m3.e4m3`` with both
 operands in shared memory. Both accumulate (scale-d = 1) into ``d[N/2]`` FP32 registers.
 """
 from __future__ import annotations
@@ -29,11 +30,18 @@ def _struct(n: int) -> str:
           f'%{nd}, %{nd + 1}, p, 1, 1;\\n}}\\n"\n'
           f'        : {douts}\n'
           f'        : "l"(adesc), "l"(bdesc), "n"(1));\n')
+    ssh = (f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"\n'
+           f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{dlist}}}, '
+           f'%{nd}, %{nd + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+           f'        : {douts}\n'
+           f'        : "l"(adesc), "l"(bdesc), "n"(1));\n')
     return (f"template <> struct Wgmma<{n}> {{\n"
             f"  static __device__ __forceinline__ void rs_f16(float (&d)[{nd}], "
             f"const uint32_t (&a)[4], uint64_t bdesc) {{\n{rs}  }}\n"
             f"  static __device__ __forceinline__ void ss_e4m3(float (&d)[{nd}], "
-            f"uint64_t adesc, uint64_t bdesc) {{\n{ss}  }}\n}};\n")
+            f"uint64_t adesc, uint64_t bdesc) {{\n{ss}  }}\n"
+            f"  static __device__ __forceinline__ void ss_f16(float (&d)[{nd}], "
+            f"uint64_t adesc, uint64_t bdesc) {{\n{ssh}  }}\n}};\n")
 
 
 def wgmma_source(tiles=TOKEN_TILES) -> str:

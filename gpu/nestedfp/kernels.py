@@ -21,7 +21,7 @@ from mactile.golden.nestedfp import PAPER_THRESHOLD
 from .. import prebuilt, runtime
 from .codegen import TOKEN_TILES, wgmma_source
 
-__all__ = ["NestedFPLinear", "NfpConfig", "choose_config", "KPERM", "unpermute_k",
+__all__ = ["NestedFPLinear", "NfpConfig", "StreamConfig", "choose_config", "choose_stream", "KPERM", "unpermute_k",
            "MODES", "split_planes", "quantize_e4m3"]
 
 _SRC = Path(__file__).with_name("nestedfp.cu")
@@ -46,12 +46,18 @@ def unpermute_k(a):
 @dataclass(frozen=True)
 class NfpConfig:
     """GEMM shape: WG consumer warpgroups (64 weight rows each), BN tokens per tile,
-    STAGES shared-memory stages, SPLIT K splits (>1: FP32 workspace reduction)."""
+    STAGES shared-memory stages, SPLIT K splits (>1: FP32 workspace reduction).
+
+    ``a_src`` (FP16 mode): 'smem' reconstructs the weights into a shared-memory A tile and
+    runs wgmma with both operands in shared memory (``nestedfp_gemm_sr``, needs stages >= 4);
+    'regs' reconstructs into registers for a register-fed wgmma (``nestedfp_gemm`` MODE 0,
+    which ptxas serialises); 'auto': 'smem' when stages >= 4."""
 
     wg: int
     bn: int
     stages: int
     split: int = 1
+    a_src: str = "auto"
 
     def __post_init__(self):
         if self.wg not in (1, 2):
@@ -62,10 +68,23 @@ class NfpConfig:
             raise ValueError(f"NfpConfig.stages must lie in [3, 8], got {self.stages}")
         if self.split < 1:
             raise ValueError(f"NfpConfig.split must be >= 1, got {self.split}")
+        if self.a_src not in ("auto", "smem", "regs"):
+            raise ValueError(f"NfpConfig.a_src must be 'auto', 'smem' or 'regs', got {self.a_src!r}")
+        if self.a_src == "smem" and self.stages < 4:
+            raise ValueError("NfpConfig: a_src='smem' needs stages >= 4")
+
+    def smem_a(self, mode: str) -> bool:
+        """Whether FP16 mode runs the shared-memory-A kernel."""
+        if mode != "fp16":
+            return False
+        return self.a_src == "smem" or (self.a_src == "auto" and self.stages >= 4)
 
     def smem(self, mode: str) -> int:
         bw = 64 * self.wg
         xb = self.bn * 128
+        if self.smem_a(mode):
+            stage = -(-(xb + 2 * bw * 64) // 1024) * 1024
+            return stage * self.stages + 2 * bw * 128 + 1024
         wb = 2 * bw * 80 if mode == "fp16" else bw * 128
         stage = -(-(xb + wb) // 1024) * 1024
         return stage * self.stages + 1024
@@ -79,8 +98,8 @@ def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
     if m <= 64:
         bn = next(t for t in TOKEN_TILES if t >= m)
         cfg = NfpConfig(wg=1, bn=bn, stages=6 if mode == "fp16" else 8)
-    elif m <= 256:
-        cfg = NfpConfig(wg=2, bn=128, stages=3 if mode == "fp16" else 4)
+    elif m <= 256:  # FP16: shared-memory A, 5 stages (second sweep's best at M = 256)
+        cfg = NfpConfig(wg=2, bn=128, stages=5 if mode == "fp16" else 4)
     else:
         cfg = NfpConfig(wg=2, bn=256, stages=4)
     tiles = -(-n // (64 * cfg.wg)) * -(-m // cfg.bn)
@@ -91,7 +110,102 @@ def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
     if split > 1:
         ktps = -(-kt // split)
         split = -(-kt // ktps)
-    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split)
+    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split, cfg.a_src)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Shape of the small-M streaming kernel (``nestedfp_stream``): NT token tiles of 8
+    (M <= 8 NT), RT row tiles of 16 per warp, WR x WK warps (rows x K), KU 64-wide K spans
+    per warp and register buffer, ``sps`` spans per block (the K split; None: automatic),
+    ``fuse``: quantize FP8-mode activations inside the kernel (else a separate launch)."""
+
+    nt: int
+    rt: int = 1
+    wr: int = 4
+    wk: int = 2
+    ku: int = 2
+    sps: int | None = None
+    fuse: bool = True
+
+    def __post_init__(self):
+        for name in ("nt", "rt", "wr", "wk", "ku"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"StreamConfig.{name} must be a positive int, got {v!r}")
+        if self.nt > 8:
+            raise ValueError(f"StreamConfig.nt must be <= 8 (M <= 64), got {self.nt}")
+        if self.wr * self.wk > 32:
+            raise ValueError(f"StreamConfig: {self.wr * self.wk} warps exceed a block of 1024 threads")
+        if ROW_PAD % (16 * self.rt * self.wr):
+            raise ValueError(f"StreamConfig: 16*rt*wr = {16 * self.rt * self.wr} must divide {ROW_PAD}")
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.rt * self.wr
+
+    def spans(self, kp: int, row_blocks: int) -> int:
+        """64-wide K spans per block: about 4 blocks per SM, shared-memory activations <= 96 KB."""
+        total = kp // 64
+        if self.sps is not None:
+            return max(1, min(self.sps, total))
+        splits = max(1, -(-4 * _SMS // row_blocks))
+        sps = max(self.wk * self.ku, -(-total // splits))
+        sps = min(sps, max(1, 96 // self.nt))
+        return min(sps, total)
+
+    def smem(self, sps: int) -> int:
+        acts = self.nt * sps * 1024 + 8 * self.nt * 4
+        red = self.wk * 8 * self.nt * (self.block_rows + 1) * 4
+        return max(acts, red)
+
+
+#: Largest M that the streaming kernel serves by default (first sweep: at M = 64 the wgmma
+#: kernels were as fast or faster; the streaming kernel re-reads the activations per block).
+STREAM_MAX_M = 8
+#: M up to which FP8 mode quantizes activations inside the streaming kernel (each block
+#: reads its tokens' whole rows for the per-token amax, so the work grows with M; measured
+#: with the table's shapes: fused faster at M = 1 and M = 8).
+FUSE_MAX_M = 8
+
+
+#: Measured streaming-kernel shapes per (mode, N, K) for M <= 8 (second H100 sweep,
+#: docs/results/flexq_nestedfp_h100_sweep2.log; docs/gpu.md): (nt, rt, wr, wk, ku, sps);
+#: None = the wgmma kernel was faster there.
+STREAM_TABLE: dict = {
+    ("fp16", 6144, 4096): (1, 1, 4, 2, 2, 32),
+    ("fp16", 4096, 4096): (1, 1, 1, 8, 2, 64),
+    ("fp16", 28672, 4096): (1, 1, 1, 8, 2, 64),
+    ("fp16", 4096, 14336): (1, 2, 1, 4, 2, 45),
+    ("fp16", 8192, 8192): (1, 1, 4, 2, 2, 64),
+    ("fp8", 6144, 4096): (1, 1, 8, 1, 2, 6),
+    ("fp8", 4096, 4096): (1, 1, 8, 1, 2, 4),
+    ("fp8", 28672, 4096): None,
+    ("fp8", 4096, 14336): (1, 1, 8, 1, 2, 14),
+    ("fp8", 8192, 8192): (1, 1, 4, 2, 2, 64),
+}
+#: FP16 mode, 8 < M <= 64: shapes where the streaming kernel (nt = 8) beat the wgmma kernel.
+STREAM_TABLE_M64: dict = {
+    ("fp16", 6144, 4096): (8, 1, 8, 1, 2, 12),
+    ("fp16", 4096, 14336): (8, 1, 8, 1, 2, 12),
+}
+
+
+def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
+    """Default streaming-kernel shape, or None where the wgmma kernel serves M."""
+    if m > 64:
+        return None
+    fuse = m <= FUSE_MAX_M
+    if m > STREAM_MAX_M:
+        t = STREAM_TABLE_M64.get((mode, n, k))
+        return None if t is None else StreamConfig(*t[:5], sps=t[5], fuse=fuse)
+    key = (mode, n, k)
+    if key in STREAM_TABLE:
+        t = STREAM_TABLE[key]
+        return None if t is None else StreamConfig(*t[:5], sps=t[5], fuse=fuse)
+    if mode == "fp16":  # few K splits, 8 warps along K (the table's common pattern)
+        return StreamConfig(nt=1, rt=1, wr=4, wk=2, ku=2, sps=min(64, -(-k // 64)), fuse=fuse)
+    return StreamConfig(nt=1, rt=1, wr=8, wk=1, ku=2, fuse=fuse)
 
 
 def _source() -> str:
@@ -103,13 +217,30 @@ def _kernel(name: str, smem: int = 0):
 
 
 def _gemm_name(mode: str, cfg: NfpConfig, split: bool) -> str:
+    if cfg.smem_a(mode):
+        return (f"nfp::nestedfp_gemm_sr<{cfg.wg}, {cfg.bn}, {cfg.stages}, "
+                f"{'true' if split else 'false'}>")
     return (f"nfp::nestedfp_gemm<{MODES.index(mode)}, {cfg.wg}, {cfg.bn}, {cfg.stages}, "
             f"{'true' if split else 'false'}>")
 
 
+def _stream_name(mode: str, xq: int, cfg: StreamConfig) -> str:
+    return (f"nfp::nestedfp_stream<{MODES.index(mode)}, {xq}, {cfg.nt}, {cfg.rt}, {cfg.wr}, "
+            f"{cfg.wk}, {cfg.ku}>")
+
+
+def _stream_xq(mode: str, cfg: StreamConfig) -> int:
+    return 0 if mode == "fp16" else (1 if cfg.fuse else 2)
+
+
+#: Streaming shapes (nt, rt, wr, wk, ku) the tests and the benchmark sweep use.
+STREAM_TEST = ((1, 1, 4, 2, 2), (1, 2, 2, 3, 1), (5, 1, 2, 2, 3), (8, 1, 4, 2, 2), (2, 1, 8, 1, 4))
+STREAM_SWEEP = ((1, 1, 4, 2, 2), (1, 2, 4, 1, 2), (1, 1, 8, 1, 2), (1, 1, 1, 8, 2), (1, 2, 1, 4, 2),
+                (8, 1, 8, 1, 2), (8, 2, 4, 1, 2), (8, 1, 4, 2, 2))
+
 #: Tile shapes the tests use besides :func:`choose_config`'s (wg, bn, stages, split).
 TEST_CONFIGS = ((1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
-                (2, 128, 4, 2), (1, 8, 5, 2))
+                (2, 128, 4, 2), (1, 8, 5, 2), (1, 16, 4, 3, "regs"), (2, 128, 4, 2, "regs"))
 BENCH_M = (1, 8, 64, 256, 1024, 2048)
 BENCH_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (8192, 8192))
 
@@ -125,6 +256,15 @@ def prebuilt_jobs():
         for t in TEST_CONFIGS:
             for sp in (False, True):
                 names.add(_gemm_name(mode, NfpConfig(*t), sp))
+    stream = {StreamConfig(*t) for t in STREAM_TEST + STREAM_SWEEP}
+    stream |= {choose_stream(m, 4096, 4096, "fp16") for m in range(1, STREAM_MAX_M + 1)}
+    stream |= {StreamConfig(nt) for nt in range(1, 9)}
+    stream |= {StreamConfig(*t[:5]) for t in list(STREAM_TABLE.values()) + list(STREAM_TABLE_M64.values())
+               if t is not None}
+    for c in stream:
+        names.add(_stream_name("fp16", 0, c))
+        names.add(_stream_name("fp8", 1, c))
+        names.add(_stream_name("fp8", 2, c))
     return [(_source(), sorted(names))]
 
 
@@ -224,6 +364,47 @@ class NestedFPLinear:
             self._counters = cp.zeros(tiles, dtype=cp.int32)
         return self._ws, self._counters
 
+    def _stream(self, x, mode: str, cfg: StreamConfig, check_finite: bool, y):
+        """Small-M streaming kernel (weights read once with 16-byte loads, mma.sync)."""
+        cp = runtime.require_cupy()
+        m = x.shape[0]
+        if m > 8 * cfg.nt:
+            raise InputError(f"nestedfp: the streaming kernel takes M <= {8 * cfg.nt} with "
+                             f"nt={cfg.nt}, got M = {m}")
+        if x.data.ptr % 16:  # the prologue reads 16-byte vectors
+            x = x.copy()
+        np_ = self.upper.shape[0]
+        row_blocks = np_ // cfg.block_rows
+        sps = cfg.spans(self.kp, row_blocks)
+        grid = (row_blocks, -(-(self.kp // 64) // sps))
+        if grid[1] > 1:
+            ws, cnt = self._workspace(m, row_blocks)
+        else:
+            ws, cnt = self._dummy_f, self._dummy_i
+        xq = _stream_xq(mode, cfg)
+        if xq == 2:
+            buf = self._fp8.get(m)
+            if buf is None:
+                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
+                                      cp.empty((m,), dtype=cp.float32))
+            xsrc, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf,
+                                     flag=self._flag)
+        else:
+            xsrc, xs = x, self._dummy_f
+            if check_finite and xq == 1:
+                self._flag.fill(0)
+        smem = cfg.smem(sps)
+        fn = _kernel(_stream_name(mode, xq, cfg), smem)
+        if smem <= 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        fn(grid, (32 * cfg.wr * cfg.wk,),
+           (self.upper, self.lower, xsrc, xs, y, ws, cnt, self._flag, np.int32(m),
+            np.int32(self.n), np.int32(self.k), np.int32(self.kp), np.int32(np_),
+            np.int32(x.shape[1]), np.int32(sps)), shared_mem=smem)
+        if check_finite and xq == 1 and int(self._flag.get()[0]):
+            raise InputError("nestedfp: activations hold NaN or Inf")
+        return y
+
     def __call__(self, x, *, mode: str = "fp16", config: NfpConfig | None = None,
                  check_finite: bool = False, y=None):
         """``x``: CuPy float16 (M, K). Returns float16 (M, N) (into ``y`` when given)."""
@@ -244,6 +425,11 @@ class NestedFPLinear:
         if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
             cp.matmul(x, self.weight.T, out=y)
             return y
+        scfg = config if isinstance(config, StreamConfig) else None
+        if config is None:
+            scfg = choose_stream(m, self.n, self.k, mode)
+        if scfg is not None:
+            return self._stream(x, mode, scfg, check_finite, y)
         cfg = config or choose_config(m, self.n, self.k, mode)
         bk = 64 if mode == "fp16" else 128
         kt = self.kp // bk
@@ -267,8 +453,11 @@ class NestedFPLinear:
         fn = _kernel(_gemm_name(mode, cfg, splits > 1), smem)
         if smem <= 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
+        if cfg.smem_a(mode):
+            args = (self.upper, self.lower, xsrc, y, ws, cnt)
+        else:
+            args = (self.upper, self.lower, xsrc, xs, y, ws, cnt)
         fn(grid, (128 * cfg.wg,),
-           (self.upper, self.lower, xsrc, xs, y, ws, cnt, np.int32(m), np.int32(self.n),
-            np.int32(self.k), np.int32(self.kp), np.int32(x.shape[1]), np.int32(ktps)),
-           shared_mem=smem)
+           args + (np.int32(m), np.int32(self.n), np.int32(self.k), np.int32(self.kp),
+                   np.int32(x.shape[1]), np.int32(ktps)), shared_mem=smem)
         return y

@@ -166,6 +166,104 @@ __device__ __forceinline__ uint32_t nested_hi(uint32_t u, uint32_t l) {
   return (u & 0x80808080u) | ((d >> 1) & 0x3F3F3F3Fu);
 }
 
+// ---------------------------------------------------------------- shared epilogue
+// Stage the D[row][tok] accumulator tile as [tok][row] in shared memory (the pipeline's
+// stages are free by now), then store FP16 or reduce split-K partial sums through the FP32
+// workspace; the last block of a tile converts and clears it.
+template <int MODE, int WG, int BN, bool SPLIT>
+__device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], uint8_t* smem,
+                                           const float* __restrict__ xscale, __half* __restrict__ y,
+                                           float* __restrict__ ws, int* __restrict__ counters,
+                                           int M, int N, int w0, int tok0) {
+  constexpr int T = WG * 128;
+  constexpr int BW = 64 * WG;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wi = warp & 3;
+  const int gid = lane >> 2, tig = lane & 3;
+  constexpr int OSTR = BW + 4;  // floats per staged token row
+  float* ot = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    const int j = i >> 2, r = i & 3;
+    const int rl = wg * 64 + wi * 16 + gid + 8 * (r >> 1);
+    const int tl = 8 * j + 2 * tig + (r & 1);
+    float v = acc[i];
+    if constexpr (MODE == 1) {
+      const int tok = tok0 + tl;
+      v *= tok < M ? xscale[tok] * 0.00390625f : 0.f;  // scale * 2^-8 (exact power of two)
+    }
+    ot[tl * OSTR + rl] = v;
+  }
+  __syncthreads();
+  const bool vec = (N % 4) == 0;
+  if constexpr (!SPLIT) {
+    for (int i = tid; i < BN * (BW / 4); i += T) {
+      const int tl = i / (BW / 4), rl = 4 * (i % (BW / 4));
+      const int tok = tok0 + tl, row = w0 + rl;
+      if (tok >= M) continue;
+      const float4 v = *reinterpret_cast<const float4*>(ot + tl * OSTR + rl);
+      __half* dst = y + (long long)tok * N + row;
+      if (vec && row + 4 <= N) {
+        const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+        uint2 pk;
+        pk.x = *reinterpret_cast<const uint32_t*>(&a);
+        pk.y = *reinterpret_cast<const uint32_t*>(&b);
+        *reinterpret_cast<uint2*>(dst) = pk;
+      } else {
+        const float e[4] = {v.x, v.y, v.z, v.w};
+        for (int q = 0; q < 4; ++q) if (row + q < N) dst[q] = __float2half_rn(e[q]);
+      }
+    }
+  } else {
+    for (int i = tid; i < BN * (BW / 4); i += T) {
+      const int tl = i / (BW / 4), rl = 4 * (i % (BW / 4));
+      const int tok = tok0 + tl, row = w0 + rl;
+      if (tok >= M) continue;
+      const float4 v = *reinterpret_cast<const float4*>(ot + tl * OSTR + rl);
+      float* dst = ws + (long long)tok * N + row;
+      if (vec && row + 4 <= N) {
+        asm volatile("red.global.add.v4.f32 [%0], {%1,%2,%3,%4};\n"
+                     :: "l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+      } else {
+        const float e[4] = {v.x, v.y, v.z, v.w};
+        for (int q = 0; q < 4; ++q) if (row + q < N) atomicAdd(dst + q, e[q]);
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    const int tile_id = blockIdx.y * gridDim.x + blockIdx.x;
+    if (tid == 0) last = atomicAdd(counters + tile_id, 1) == (int)gridDim.z - 1;
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      for (int i = tid; i < BN * (BW / 4); i += T) {
+        const int tl = i / (BW / 4), rl = 4 * (i % (BW / 4));
+        const int tok = tok0 + tl, row = w0 + rl;
+        if (tok >= M) continue;
+        float* src = ws + (long long)tok * N + row;
+        __half* dst = y + (long long)tok * N + row;
+        if (vec && row + 4 <= N) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+          __stcg(reinterpret_cast<float4*>(src), make_float4(0.f, 0.f, 0.f, 0.f));
+          const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+          uint2 pk;
+          pk.x = *reinterpret_cast<const uint32_t*>(&a);
+          pk.y = *reinterpret_cast<const uint32_t*>(&b);
+          *reinterpret_cast<uint2*>(dst) = pk;
+        } else {
+          for (int q = 0; q < 4; ++q)
+            if (row + q < N) {
+              dst[q] = __float2half_rn(__ldcg(src + q));
+              __stcg(src + q, 0.f);
+            }
+        }
+      }
+      if (tid == 0) counters[tile_id] = 0;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- GEMM
 template <int MODE, int WG, int BN, int STAGES>
 struct Cfg {
@@ -195,7 +293,8 @@ nestedfp_gemm(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ low
   static_assert(D >= 1, "too few stages");
   static_assert(BN * (C::BW + 4) * 4 <= C::STAGE * STAGES, "epilogue tile must fit the stages");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // 1024-aligned, by an offset on the shared array (keeps the accesses LDS/STS, not generic)
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const uint32_t sbase = smem_u32(smem);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -313,87 +412,401 @@ nestedfp_gemm(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ low
   cp_async_wait<0>();
   __syncthreads();
 
-  // ---- epilogue: stage the D[row][tok] tile as [tok][row] in shared memory
-  constexpr int OSTR = C::BW + 4;  // floats per staged token row
-  float* ot = reinterpret_cast<float*>(smem);
+  store_tile<MODE, WG, BN, SPLIT>(acc, smem, xscale, y, ws, counters, M, N, w0, tok0);
+}
+
+// ---------------------------------------------------------------- FP16 mode, A from smem
+// nestedfp_gemm_sr<WG, BN, STAGES, SPLIT>: planes and FP16 X tiles -> shared memory
+// (cp.async, STAGES deep); each warp reconstructs the FP16 weights of ITS 16 rows of the next
+// k-tile into a 128-byte-swizzled A tile in shared memory (two A tiles) while the tensor cores
+// run the current k-tile's wgmma with both operands in shared memory. One barrier per k-tile,
+// one wgmma group in flight; no register-fed wgmma, so nothing for ptxas to serialise (C7513).
+template <int WG, int BN, int STAGES>
+struct CfgSR {
+  static constexpr int BW = 64 * WG;
+  static constexpr int XB = BN * 128;          // X tile: 64 halves per token row
+  static constexpr int PB = 2 * BW * 64;       // both planes: 64 bytes per weight row
+  static constexpr int STAGE = ((XB + PB + 1023) / 1024) * 1024;
+  static constexpr int AB = BW * 128;          // one FP16 A tile
+  static constexpr int SMEM = STAGE * STAGES + 2 * AB + 1024;
+};
+
+template <int WG, int BN, int STAGES, bool SPLIT>
+__global__ void __launch_bounds__(WG * 128, 1)
+nestedfp_gemm_sr(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ lower,
+                 const __half* __restrict__ x, __half* __restrict__ y, float* __restrict__ ws,
+                 int* __restrict__ counters, int M, int N, int K, int Kp, int ldx, int ktps) {
+  using C = CfgSR<WG, BN, STAGES>;
+  constexpr int T = WG * 128;
+  constexpr int D = STAGES - 2;  // prefetch distance: a stage is refilled 2 k-tiles after use
+  static_assert(D >= 2, "nestedfp_gemm_sr needs STAGES >= 4");
+  static_assert(BN * (C::BW + 4) * 4 <= C::STAGE * STAGES, "epilogue tile must fit the stages");
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-aligned, by an offset on the shared array (keeps the accesses LDS/STS, not generic)
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const uint32_t sbase = smem_u32(smem);
+  const uint32_t abase = sbase + STAGES * C::STAGE;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wi = warp & 3;
+  const int w0 = blockIdx.x * C::BW, tok0 = blockIdx.y * BN;
+  const int kt_total = Kp / 64;
+  const int kt0 = blockIdx.z * ktps;
+  const int nkt = min(ktps, kt_total - kt0);
+
+  auto load = [&](int stage, int kt) {
+    const uint32_t xs = sbase + stage * C::STAGE;
+    const uint32_t pb = xs + C::XB;
+    for (int i = tid; i < BN * 8; i += T) {
+      const int r = i >> 3, c = i & 7, tok = tok0 + r, k = kt * 64 + 8 * c;
+      const bool valid = tok < M && k < K;
+      cp_async16(xs + sw128_offset(r, c), x + (long long)(valid ? tok : 0) * ldx + (valid ? k : 0), valid);
+    }
+    for (int i = tid; i < 2 * C::BW * 4; i += T) {
+      const int pl = i / (C::BW * 4), j = i % (C::BW * 4);
+      const int r = j >> 2, c = j & 3;
+      cp_async16(pb + pl * C::BW * 64 + r * 64 + 16 * c,
+                 (pl ? lower : upper) + (long long)(w0 + r) * Kp + kt * 64 + 16 * c, true);
+    }
+  };
+  // This warp's 16 weight rows of one k-tile: planes -> FP16 in logical K order -> A tile.
+  auto recon = [&](int stage, uint32_t abuf) {
+    const uint8_t* pb = smem + stage * C::STAGE + C::XB;
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    const int j = i >> 2, r = i & 3;
-    const int rl = wg * 64 + wi * 16 + gid + 8 * (r >> 1);
-    const int tl = 8 * j + 2 * tig + (r & 1);
-    float v = acc[i];
-    if constexpr (MODE == 1) {
-      const int tok = tok0 + tl;
-      v *= tok < M ? xscale[tok] * 0.00390625f : 0.f;  // scale * 2^-8 (exact power of two)
+    for (int h = 0; h < 2; ++h) {
+      const int item = lane + 32 * h;
+      const int r = wg * 64 + wi * 16 + (item >> 2), q = item & 3;
+      const uint4 u = *reinterpret_cast<const uint4*>(pb + r * 64 + 16 * q);
+      const uint4 l = *reinterpret_cast<const uint4*>(pb + C::BW * 64 + r * 64 + 16 * q);
+      const uint32_t uu[4] = {u.x, u.y, u.z, u.w}, ll[4] = {l.x, l.y, l.z, l.w};
+      uint32_t lo[4], hi[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // word j: logical k 2j, 2j+1, 2j+8, 2j+9 of chunk q
+        const uint32_t hg = nested_hi(uu[j], ll[j]);
+        lo[j] = __byte_perm(ll[j], hg, 0x5140);
+        hi[j] = __byte_perm(ll[j], hg, 0x7362);
+      }
+      asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n"
+                   :: "r"(abuf + sw128_offset(r, 2 * q)), "r"(lo[0]), "r"(lo[1]), "r"(lo[2]), "r"(lo[3]) : "memory");
+      asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n"
+                   :: "r"(abuf + sw128_offset(r, 2 * q + 1)), "r"(hi[0]), "r"(hi[1]), "r"(hi[2]), "r"(hi[3]) : "memory");
     }
-    ot[tl * OSTR + rl] = v;
+  };
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if (s < nkt) load(s, kt0 + s);
+    cp_async_commit();
   }
+  cp_async_wait<D - 1>();
   __syncthreads();
-  const bool vec = (N % 4) == 0;
-  if constexpr (!SPLIT) {
-    for (int i = tid; i < BN * (C::BW / 4); i += T) {
-      const int tl = i / (C::BW / 4), rl = 4 * (i % (C::BW / 4));
-      const int tok = tok0 + tl, row = w0 + rl;
-      if (tok >= M) continue;
-      const float4 v = *reinterpret_cast<const float4*>(ot + tl * OSTR + rl);
-      __half* dst = y + (long long)tok * N + row;
-      if (vec && row + 4 <= N) {
-        const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-        uint2 pk;
-        pk.x = *reinterpret_cast<const uint32_t*>(&a);
-        pk.y = *reinterpret_cast<const uint32_t*>(&b);
-        *reinterpret_cast<uint2*>(dst) = pk;
-      } else {
-        const float e[4] = {v.x, v.y, v.z, v.w};
-        for (int q = 0; q < 4; ++q) if (row + q < N) dst[q] = __float2half_rn(e[q]);
+  if (nkt > 0) recon(0, abase);
+
+  for (int it = 0; it < nkt; ++it) {
+    cp_async_wait<D - 2>();  // k-tile it + 1 has landed (this thread's copies)
+    fence_proxy_async();     // this thread's A-tile stores -> visible to the tensor cores
+    __syncthreads();
+    if (it + D < nkt) load((it + D) % STAGES, kt0 + it + D);
+    cp_async_commit();
+    const uint32_t xs = sbase + (it % STAGES) * C::STAGE;
+    const uint64_t adesc = sw128_desc(abase + (it & 1) * C::AB + wg * 64 * 128);
+    const uint64_t bdesc = sw128_desc(xs);
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < 4; ++c) Wgmma<BN>::ss_f16(acc, adesc + 2 * c, bdesc + 2 * c);
+    wgmma_commit();
+    wgmma_wait<1>();  // k-tile it - 1 retired: its A tile may be overwritten
+    if (it + 1 < nkt) recon((it + 1) % STAGES, abase + ((it + 1) & 1) * C::AB);
+  }
+  wgmma_wait<0>();
+  keep_acc(acc);
+  cp_async_wait<0>();
+  __syncthreads();
+  store_tile<0, WG, BN, SPLIT>(acc, smem, nullptr, y, ws, counters, M, N, w0, tok0);
+}
+
+// ---------------------------------------------------------------- small-M streaming GEMM
+// nestedfp_stream<MODE, XQ, NT, RT, WR, WK, KU>: M <= 8*NT tokens, a weight-streaming kernel.
+// Weights are the 16-row A operand of mma.sync m16n8k16 (f16 in, f32 accumulate), tokens the
+// 8-column B operand. Lane (g, t) loads the 16 bytes of physical K chunk 4c + t of rows g and
+// g + 8 (a 64-wide K span c per warp and row tile): with the in-chunk permutation KPERM, word
+// m of those 16 bytes is exactly the A fragment of MMA m (logical k = 16(4c+t) + 2m + {0,1}
+// and + {8,9}), so every weight byte is read once with 16-byte loads (no shared memory), two
+// register buffers deep. The block's activations are staged once in shared memory in the
+// matching B-fragment order: for token tile n, span c, lane (g, t) the 8 words
+// [b0_0 b1_0 b0_1 b1_1 | b0_2 b1_2 b0_3 b1_3] (two conflict-free 16-byte loads).
+//   MODE 0 (FP16): W = NestedFP16 reconstruction of (upper, lower) (nested_hi + byte_perm).
+//   MODE 1 (FP8):  W = E4M3(upper) and the E4M3 activations, both converted exactly to FP16
+//                  (cvt.rn.f16x2.e4m3x2, one instruction per pair); the epilogue multiplies by
+//                  scale * 2^-8, so y = scale 2^-8 sum x_q u with exact products and FP32
+//                  accumulation (what mma.sync e4m3 compiles to on sm_90 anyway: F2FP + HMMA).
+//   XQ 0: FP16 activations (MODE 0). XQ 1: per-token E4M3 quantization fused in the prologue
+//   (every block reads its tokens' full rows for the amax; for small M). XQ 2: codes and
+//   scales from nestedfp_quant_e4m3.
+// Grid: x = row blocks of 16*RT*WR rows, y = K splits of sps spans; partial sums meet in an
+// FP32 workspace (red.add) that the last block of a row block converts and clears.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint4 ldg_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+// Two E4M3 codes -> f16x2 of their exact values (F2FP.F16.E4M3.UNPACK_B, one instruction):
+// hi = false takes bytes 0, 1 of `w` (byte 0 -> low half), hi = true bytes 2, 3.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w, bool hi) {
+  uint32_t r;
+  if (hi)
+    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(r) : "r"(w));
+  else
+    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(w));
+  return r;
+}
+__device__ __forceinline__ uint32_t e4m3_code(float v, float s) {
+  const float q = s > 0.f ? __fdiv_rn(v, s) : v;
+  return (uint32_t)__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+}
+
+template <int MODE, int XQ, int NT, int RT, int WR, int WK, int KU>
+__global__ void __launch_bounds__(WR * WK * 32, 2)
+nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ lower,
+                const void* __restrict__ xsrc, const float* __restrict__ xscale,
+                __half* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters,
+                int* __restrict__ flag, int M, int N, int K, int Kp, int Np, int ldx, int sps) {
+  static_assert(MODE == 0 ? XQ == 0 : XQ != 0, "FP16 mode takes FP16 activations");
+  constexpr int NW = WR * WK;
+  constexpr int T = NW * 32;
+  constexpr int BROWS = 16 * RT * WR;
+  constexpr int BTOK = 8 * NT;
+  constexpr int PL = MODE == 0 ? 2 : 1;  // planes read
+  extern __shared__ __align__(16) uint32_t smem[];
+  uint32_t* xs = smem;                                        // [NT][sps][2][32][4]
+  float* sc = reinterpret_cast<float*>(smem + NT * sps * 256);  // [BTOK] (MODE 1)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp % WR, wk = warp / WR;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int wt0 = (blockIdx.x * WR + wr) * RT;
+  const int sp0 = blockIdx.y * sps;
+  const int scount = min(sps, Kp / 64 - sp0);
+
+  uint4 wa[KU][RT][2][PL], wb[KU][RT][2][PL];
+  // Spans of this warp: c = (it * WK + wk) * KU + kk.
+  auto load = [&](uint4 (&wf)[KU][RT][2][PL], int it) {
+#pragma unroll
+    for (int kk = 0; kk < KU; ++kk) {
+      const int c = (it * WK + wk) * KU + kk;
+      if (c < scount) {
+#pragma unroll
+        for (int i = 0; i < RT; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = min((wt0 + i) * 16 + gid + 8 * h, Np - 1);  // stores are masked
+            const long long off = (long long)row * Kp + (long long)(sp0 + c) * 64 + 16 * tig;
+            wf[kk][i][h][0] = ldg_stream16(upper + off);
+            if constexpr (PL == 2) wf[kk][i][h][1] = ldg_stream16(lower + off);
+          }
       }
     }
-  } else {
-    for (int i = tid; i < BN * (C::BW / 4); i += T) {
-      const int tl = i / (C::BW / 4), rl = 4 * (i % (C::BW / 4));
-      const int tok = tok0 + tl, row = w0 + rl;
-      if (tok >= M) continue;
-      const float4 v = *reinterpret_cast<const float4*>(ot + tl * OSTR + rl);
-      float* dst = ws + (long long)tok * N + row;
-      if (vec && row + 4 <= N) {
-        asm volatile("red.global.add.v4.f32 [%0], {%1,%2,%3,%4};\n"
-                     :: "l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-      } else {
-        const float e[4] = {v.x, v.y, v.z, v.w};
-        for (int q = 0; q < 4; ++q) if (row + q < N) atomicAdd(dst + q, e[q]);
+  };
+  load(wa, 0);  // in flight during the activation prologue
+
+  // ---- prologue: activations -> shared memory in B-fragment order
+  {
+    const __half* xh = reinterpret_cast<const __half*>(xsrc);
+    if constexpr (XQ == 1) {
+      bool bad = false;
+      for (int tok = warp; tok < BTOK; tok += NW) {
+        float amax = 0.f;
+        if (tok < M) {
+          for (int k = 8 * lane; k < K; k += 256) {
+            const uint4 v = *reinterpret_cast<const uint4*>(xh + (long long)tok * ldx + k);
+            const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&wv[e]));
+              bad |= !isfinite(f.x) || !isfinite(f.y);
+              amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+          }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (lane == 0) sc[tok] = __fdiv_rn(amax, 448.f);  // golden: FP32 amax / 448
+      }
+      if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(flag, 1);
+      __syncthreads();
+    } else if constexpr (XQ == 2) {
+      for (int tok = tid; tok < BTOK; tok += T) sc[tok] = tok < M ? xscale[tok] : 0.f;
+    }
+    for (int item = tid; item < BTOK * 4 * scount; item += T) {
+      const int tok = item % BTOK, q = item / BTOK;  // q: 16-wide chunk inside the block
+      const int k0 = (sp0 * 4 + q) * 16;
+      uint32_t o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (tok < M && k0 < K) {
+        if constexpr (XQ == 2) {
+          const uint4 v = *reinterpret_cast<const uint4*>(
+              reinterpret_cast<const uint8_t*>(xsrc) + (long long)tok * Kp + k0);
+          const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {  // word m = logical {2m, 2m+1, 2m+8, 2m+9}
+            o[2 * m] = e4m3x2_to_f16x2(w4[m], false);
+            o[2 * m + 1] = e4m3x2_to_f16x2(w4[m], true);
+          }
+        } else {
+          const uint4* src = reinterpret_cast<const uint4*>(xh + (long long)tok * ldx + k0);
+          const uint4 a = src[0], b = src[1];
+          uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};  // halves 2j, 2j+1
+          if constexpr (XQ == 1) {
+            const float s = sc[tok];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v[j]));
+              const uint32_t pair = e4m3_code(f.x, s) | (e4m3_code(f.y, s) << 8);
+              v[j] = e4m3x2_to_f16x2(pair, false);
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            o[2 * m] = v[m];          // b0_m: halves 2m, 2m+1
+            o[2 * m + 1] = v[4 + m];  // b1_m: halves 2m+8, 2m+9
+          }
+        }
+      }
+      const int n = tok >> 3, g = tok & 7, c = q >> 2, t = q & 3;
+      uint4* dst = reinterpret_cast<uint4*>(xs + (((n * sps + c) * 2) * 32 + g * 4 + t) * 4);
+      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+      dst[32] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+    __syncthreads();
+  }
+
+  float acc[RT][NT][4];
+#pragma unroll
+  for (int i = 0; i < RT; ++i)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][n][r] = 0.f;
+
+  auto compute = [&](const uint4 (&wf)[KU][RT][2][PL], int it) {
+#pragma unroll
+    for (int kk = 0; kk < KU; ++kk) {
+      const int c = (it * WK + wk) * KU + kk;
+      if (c < scount) {
+        uint32_t a[RT][4][4];
+#pragma unroll
+        for (int i = 0; i < RT; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t u4[4] = {wf[kk][i][h][0].x, wf[kk][i][h][0].y, wf[kk][i][h][0].z,
+                                    wf[kk][i][h][0].w};
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              if constexpr (MODE == 0) {
+                const uint32_t l4[4] = {wf[kk][i][h][PL - 1].x, wf[kk][i][h][PL - 1].y,
+                                        wf[kk][i][h][PL - 1].z, wf[kk][i][h][PL - 1].w};
+                const uint32_t hg = nested_hi(u4[m], l4[m]);
+                a[i][m][h] = __byte_perm(l4[m], hg, 0x5140);      // k 2t, 2t+1
+                a[i][m][2 + h] = __byte_perm(l4[m], hg, 0x7362);  // k 2t+8, 2t+9
+              } else {
+                a[i][m][h] = e4m3x2_to_f16x2(u4[m], false);
+                a[i][m][2 + h] = e4m3x2_to_f16x2(u4[m], true);
+              }
+            }
+          }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const uint4* bp = reinterpret_cast<const uint4*>(xs + (((n * sps + c) * 2) * 32 + lane) * 4);
+          const uint4 b0 = bp[0], b1 = bp[32];
+          const uint32_t b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+          for (int i = 0; i < RT; ++i)
+#pragma unroll
+            for (int m = 0; m < 4; ++m) mma16816(acc[i][n], a[i][m], b[2 * m], b[2 * m + 1]);
+        }
       }
     }
+  };
+
+  const int iters = scount > wk * KU ? (scount - wk * KU + WK * KU - 1) / (WK * KU) : 0;
+  for (int it = 0; it < iters; it += 2) {
+    if (it + 1 < iters) load(wb, it + 1);
+    compute(wa, it);
+    if (it + 1 >= iters) break;
+    if (it + 2 < iters) load(wa, it + 2);
+    compute(wb, it + 1);
+  }
+
+  // ---- epilogue: reduce the WK warps in shared memory, then store or split-K reduce
+  float* red = reinterpret_cast<float*>(smem);  // [WK][BTOK][BROWS + 1]
+  constexpr int RS = BROWS + 1;
+  float mult[NT][2];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if constexpr (MODE == 1) {
+        mult[n][e] = sc[8 * n + 2 * tig + e] * 0.00390625f;  // scale * 2^-8, exact
+      } else {
+        mult[n][e] = 1.f;
+      }
+    }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < RT; ++i)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int rl = (wr * RT + i) * 16 + gid + 8 * (r >> 1);
+        const int tl = 8 * n + 2 * tig + (r & 1);
+        red[(wk * BTOK + tl) * RS + rl] = acc[i][n][r] * mult[n][r & 1];
+      }
+  __syncthreads();
+  const int row0 = blockIdx.x * BROWS;
+  const bool split = gridDim.y > 1;
+  for (int idx = tid; idx < BTOK * BROWS; idx += T) {
+    const int tl = idx / BROWS, rl = idx % BROWS;
+    const int row = row0 + rl;
+    if (row < N && tl < M) {
+      float s = red[tl * RS + rl];
+#pragma unroll
+      for (int w = 1; w < WK; ++w) s += red[(w * BTOK + tl) * RS + rl];
+      if (split)
+        atomicAdd(ws + (long long)tl * N + row, s);
+      else
+        y[(long long)tl * N + row] = __float2half_rn(s);
+    }
+  }
+  if (split) {
     __threadfence();
     __syncthreads();
     __shared__ int last;
-    const int tile_id = blockIdx.y * gridDim.x + blockIdx.x;
-    if (tid == 0) last = atomicAdd(counters + tile_id, 1) == (int)gridDim.z - 1;
+    if (tid == 0) last = atomicAdd(counters + blockIdx.x, 1) == (int)gridDim.y - 1;
     __syncthreads();
     if (last) {
       __threadfence();
-      for (int i = tid; i < BN * (C::BW / 4); i += T) {
-        const int tl = i / (C::BW / 4), rl = 4 * (i % (C::BW / 4));
-        const int tok = tok0 + tl, row = w0 + rl;
-        if (tok >= M) continue;
-        float* src = ws + (long long)tok * N + row;
-        __half* dst = y + (long long)tok * N + row;
-        if (vec && row + 4 <= N) {
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
-          __stcg(reinterpret_cast<float4*>(src), make_float4(0.f, 0.f, 0.f, 0.f));
-          const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-          uint2 pk;
-          pk.x = *reinterpret_cast<const uint32_t*>(&a);
-          pk.y = *reinterpret_cast<const uint32_t*>(&b);
-          *reinterpret_cast<uint2*>(dst) = pk;
-        } else {
-          for (int q = 0; q < 4; ++q)
-            if (row + q < N) {
-              dst[q] = __float2half_rn(__ldcg(src + q));
-              __stcg(src + q, 0.f);
-            }
+      for (int idx = tid; idx < BTOK * BROWS; idx += T) {
+        const int tl = idx / BROWS, rl = idx % BROWS;
+        const int row = row0 + rl;
+        if (row < N && tl < M) {
+          float* src = ws + (long long)tl * N + row;
+          y[(long long)tl * N + row] = __float2half_rn(__ldcg(src));
+          __stcg(src, 0.f);
         }
       }
-      if (tid == 0) counters[tile_id] = 0;
+      if (tid == 0) counters[blockIdx.x] = 0;
     }
   }
 }

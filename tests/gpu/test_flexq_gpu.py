@@ -137,3 +137,104 @@ def test_errors(cp, rng):
         layer(cp.ones((3, 256), dtype=cp.float16), act_bits=4)
     with pytest.raises(InputError, match="weights must be 6-bit"):
         FlexQLinear(IntGroup(bits=8).quantize(np.ones((16, 128), np.float32)))
+
+
+# ---- fused one-launch kernel (M <= 16): quantize + pack in the block prologue
+from mactile.gpu.flexq.kernels import FUSED_TEST
+
+
+def _fcfg(t, gps):
+    from mactile.gpu.flexq.kernels import FusedConfig
+    return FusedConfig(*t, gps=gps)
+
+
+@pytest.mark.parametrize("ba", [6, 8])
+@pytest.mark.parametrize("gps", [None, 2])
+@pytest.mark.parametrize("t", FUSED_TEST, ids=str)
+def test_fused_integer_products_bit_exact(cp, rng, ba, gps, t):
+    """Fused kernel, per-group integers == golden bitplane_matmul (atol 0): checks the
+    in-kernel quantizer bit for bit as well (its codes feed the integers)."""
+    n, k = 72, 640
+    layer, qw = _layer(cp, rng, n, k)
+    cfg = _fcfg(t, gps)
+    iw = IntGroup(bits=6).integers(qw).reshape(n, k)
+    for m in sorted({1, 3, cfg.block_tokens}):
+        x = _acts(rng, m, k)
+        y = cp.full((m, n, k // 128), -12345, dtype=cp.int32)  # poisoned
+        layer(cp.asarray(x), act_bits=ba, out="int", config=cfg, y=y)
+        got = y.get()
+        ix = IntGroup(bits=ba).integers(IntGroup(bits=ba).quantize(x)).reshape(m, k)
+        for g in range(k // 128):
+            sl = slice(128 * g, 128 * g + 128)
+            assert np.array_equal(got[:, :, g], bitplane_matmul(ix[:, sl], iw[:, sl], ba, 6)), (m, g)
+
+
+def test_fused_k256_singles(cp, rng):
+    layer, qw = _layer(cp, rng, 40, 384, singles="k256")
+    x = _acts(rng, 5, 384)
+    y = layer(cp.asarray(x), act_bits=6, out="int", config=_fcfg(FUSED_TEST[0], None)).get()
+    iw = IntGroup(bits=6).integers(qw).reshape(40, 384)
+    ix = IntGroup(bits=6).integers(IntGroup(bits=6).quantize(x)).reshape(5, 384)
+    for g in range(3):
+        sl = slice(128 * g, 128 * g + 128)
+        assert np.array_equal(y[:, :, g], bitplane_matmul(ix[:, sl], iw[:, sl], 6, 6))
+
+
+@pytest.mark.parametrize("ba", [6, 8])
+@pytest.mark.parametrize("gps", [None, 3])
+@pytest.mark.parametrize("t", FUSED_TEST, ids=str)
+def test_fused_scaled_output_within_bound(cp, rng, ba, gps, t):
+    """Fused kernel with and without the K split (FP32 workspace): the bounds above."""
+    n, k = 136, 1024
+    layer, qw = _layer(cp, rng, n, k)
+    cfg = _fcfg(t, gps)
+    for m in sorted({1, cfg.block_tokens}):
+        x = _acts(rng, m, k)
+        ref, mag = _golden_gemm(x, qw, ba)
+        bound32 = (k // 128 + 8) * 2.0**-24 * mag
+        for rep in range(2):  # the second call checks that the workspace was cleared
+            y32 = cp.full((m, n), np.nan, dtype=cp.float32)
+            layer(cp.asarray(x), act_bits=ba, out="float32", config=cfg, y=y32)
+            y32 = y32.get().astype(np.float64)
+            assert np.isfinite(y32).all()
+            assert (np.abs(y32 - ref) <= bound32).all(), (rep, np.max(np.abs(y32 - ref) / np.maximum(bound32, 1e-30)))
+        y16 = cp.full((m, n), np.nan, dtype=cp.float16)
+        layer(cp.asarray(x), act_bits=ba, config=cfg, y=y16)
+        y16 = y16.get().astype(np.float64)
+        assert (np.abs(y16 - ref) <= bound32 * (1 + 2.0**-11) + 2.0**-11 * np.abs(ref) + 2.0**-25).all()
+
+
+def test_fused_errors(cp, rng):
+    from mactile.gpu.flexq.kernels import FusedConfig
+    layer, _ = _layer(cp, rng, 32, 256)
+    with pytest.raises(InputError, match="M <= 8"):
+        layer(cp.ones((9, 256), dtype=cp.float16), config=FusedConfig(mt=1))
+    with pytest.raises(ValueError, match="cluster size"):
+        FusedConfig(c=3)
+
+
+@pytest.mark.parametrize("cfg", [None, (1, 2, 1, 16, 1), (2, 2, 2, 3, 2)], ids=str)
+def test_pdl_launch_identical(cp, rng, cfg, monkeypatch):
+    """The GEMM launched programmatically after the quantize kernel gives the same bits."""
+    from mactile.gpu import pdl
+    from mactile.gpu.flexq.kernels import FlexQLinear, GemmConfig
+    if not pdl.available():
+        pytest.skip("cuda.bindings not importable: no PDL launches")
+    w = (rng.standard_normal((200, 640)) * 0.05).astype(np.float16)
+    qw = IntGroup(bits=6).quantize(w)
+    from mactile.gpu.flexq import kernels as fk
+    monkeypatch.setattr(fk, "_sm_count", lambda: 1)  # this small grid must take the PDL path
+    a = FlexQLinear(qw, pdl_launch=True)
+    b = FlexQLinear(qw, pdl_launch=False)
+    config = None if cfg is None else GemmConfig(*cfg)
+    for m in (1, 8, 13):
+        if config is not None and m > config.block_tokens:
+            continue
+        x = cp.asarray(_acts(rng, m, 640))
+        for out in ("float16", "int"):
+            ya = a(x, out=out, config=config)
+            yb = b(x, out=out, config=config)
+            assert cp.array_equal(ya, yb), (m, out)
+        for _ in range(3):  # back-to-back calls: the next quantize must not overtake the GEMM
+            ya = a(x, config=config)
+        assert cp.array_equal(ya, b(x, config=config))

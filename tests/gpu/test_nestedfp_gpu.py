@@ -28,12 +28,23 @@ def test_split_bit_exact_exhaustive(cp):
     assert np.array_equal(unpermute_k(lo.get()), gl)
 
 
-CFGS = [None, (1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1)]  # in TEST_CONFIGS
+# in TEST_CONFIGS; 'regs' = register-fed wgmma kernel, stages >= 4 otherwise = shared-memory A
+CFGS = [None, (1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
+        (1, 16, 4, 3, "regs")]
 
 
 def _cfg(c):
     from mactile.gpu.nestedfp.kernels import NfpConfig
     return None if c is None else NfpConfig(*c)
+
+
+# streaming kernel shapes (nt, rt, wr, wk, ku[, sps]) (in STREAM_TEST)
+SCFGS = [(1, 1, 4, 2, 2), (1, 2, 2, 3, 1, 3), (5, 1, 2, 2, 3), (8, 1, 4, 2, 2, 2), (2, 1, 8, 1, 4)]
+
+
+def _scfg(c, fuse=True):
+    from mactile.gpu.nestedfp.kernels import StreamConfig
+    return StreamConfig(*c[:5], sps=c[5] if len(c) > 5 else None, fuse=fuse)
 
 
 @pytest.mark.parametrize("c", CFGS, ids=str)
@@ -52,6 +63,24 @@ def test_fp16_reconstruction_exact(cp, c):
     # and the golden merge of the planes gives the same words
     u, lo = layer.planes()
     assert np.array_equal(nestedfp_merge(u, lo), w.view(np.uint16))
+
+
+@pytest.mark.parametrize("c", SCFGS, ids=str)
+def test_stream_fp16_reconstruction_exact(cp, c):
+    """Streaming kernel, X = identity rows (8 nt at a time): Y = W^T exactly."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    w = _all_patterns().view(np.float16).copy()
+    w[np.abs(w.astype(np.float32)) > 1.75] = np.float16(0.5)
+    layer = NestedFPLinear(cp.asarray(w))
+    eye = cp.eye(256, dtype=cp.float16)
+    step = 8 * c[0]
+    got = np.empty((256, 128), np.float16)
+    for r0 in range(0, 256, step):
+        rows = min(step, 256 - r0)
+        y = cp.full((rows, 128), np.nan, dtype=cp.float16)
+        layer(eye[r0:r0 + rows], mode="fp16", config=_scfg(c), y=y)
+        got[r0:r0 + rows] = y.get()
+    assert np.array_equal(got.T.astype(np.float32), w.astype(np.float32))
 
 
 def _data(rng, m, n, k):
@@ -107,6 +136,65 @@ def test_fp8_mode_matches_golden(cp, rng, m, n, k, c):
     print(f"fp8 max err / mag = {np.max(err / np.maximum(mag, 1e-30)):.3g}")
     assert (err <= 2.0**-9 * mag + 2.0**-11 * np.abs(ref) + 2.0**-24).all()
     assert np.linalg.norm(got - ref) <= 2.0**-10 * np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 256), (5, 200, 272), (37, 384, 1024), (64, 136, 2048)])
+@pytest.mark.parametrize("c", SCFGS, ids=str)
+def test_stream_fp16_matches_fp16_gemm(cp, rng, m, n, k, c):
+    """Streaming kernel (mma.sync, FP32 accumulation): the FP16-mode bound above."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    if m > 8 * c[0]:
+        pytest.skip("M above this shape's token tiles")
+    x, w = _data(rng, m, n, k)
+    layer = NestedFPLinear(cp.asarray(w))
+    y = cp.full((m, n), np.nan, dtype=cp.float16)
+    layer(cp.asarray(x), mode="fp16", config=_scfg(c), y=y)
+    got = y.get().astype(np.float64)
+    xd, wd = x.astype(np.float64), w.astype(np.float64)
+    ref = xd @ wd.T
+    bound = 2 * k * 2.0**-24 * (np.abs(xd) @ np.abs(wd).T) + 2.0**-11 * np.abs(ref) + 2.0**-24
+    assert (np.abs(got - ref) <= bound).all()
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 128, 256), (5, 200, 272), (37, 384, 1024), (64, 136, 2048)])
+@pytest.mark.parametrize("c", SCFGS, ids=str)
+@pytest.mark.parametrize("fuse", [True, False])
+def test_stream_fp8_matches_golden(cp, rng, m, n, k, c, fuse):
+    """Streaming FP8 mode: E4M3 operands carried exactly as FP16 (times 2^-8 each), FP32
+    accumulation, so the golden FP8 GEMM is met to FP32-accumulation accuracy:
+    |y - ref| <= 2 K 2^-24 sum|x_q u| s 2^-8 + 2^-11 |ref|. One activation code off by one
+    step moves y by about 2^-4 of one term, far above this bound (so the fused quantizer is
+    checked too)."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    if m > 8 * c[0]:
+        pytest.skip("M above this shape's token tiles")
+    x, w = _data(rng, m, n, k)
+    layer = NestedFPLinear(cp.asarray(w))
+    y = cp.full((m, n), np.nan, dtype=cp.float16)
+    layer(cp.asarray(x), mode="fp8", config=_scfg(c, fuse), y=y)
+    got = y.get().astype(np.float64)
+    codes, scales = per_token_e4m3(x)
+    upper, _ = nestedfp_split(w)
+    ref = nestedfp8_matmul_reference(codes, scales, upper)
+    from mactile.golden.elements import FP8_E4M3
+    mag = np.ldexp(np.abs(FP8_E4M3.values[codes]) @ np.abs(FP8_E4M3.values[upper]).T
+                   * scales[:, None].astype(np.float64), -8)
+    err = np.abs(got - ref)
+    assert (err <= 2 * k * 2.0**-24 * mag + 2.0**-11 * np.abs(ref) + 2.0**-24).all(), \
+        np.max(err / np.maximum(mag, 1e-30))
+
+
+def test_stream_fused_nan_check(cp, rng):
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear, StreamConfig
+    layer = NestedFPLinear(cp.asarray(_data(rng, 1, 64, 128)[1]))
+    bad = cp.ones((2, 128), dtype=cp.float16)
+    bad[1, 100] = cp.nan
+    with pytest.raises(InputError, match="NaN or Inf"):
+        layer(bad, mode="fp8", config=StreamConfig(nt=1, fuse=True), check_finite=True)
+    layer(cp.ones((2, 128), dtype=cp.float16), mode="fp8", config=StreamConfig(nt=1),
+          check_finite=True)
+    with pytest.raises(InputError, match="M <= 8"):
+        layer(cp.ones((9, 128), dtype=cp.float16), config=StreamConfig(nt=1))
 
 
 def test_ineligible_layer_falls_back_to_fp16(cp, rng):

@@ -3,6 +3,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from mactile.gpu.nestedfp.codegen import wgmma_source
 from mactile.gpu.nestedfp.kernels import KPERM, choose_config, unpermute_k
@@ -27,11 +28,34 @@ def test_unpermute(rng):
 def test_wgmma_source_shapes():
     src = wgmma_source((8, 256))
     assert "m64n8k16.f32.f16.f16" in src and "m64n256k32.f32.e4m3.e4m3" in src
-    assert src.count('"+f"(d[') == 2 * (4 + 128)
+    assert "m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0" in src  # ss_f16
+    assert src.count('"+f"(d[') == 3 * (4 + 128)
 
 
 def test_config_choice():
     c = choose_config(1, 4096, 4096, "fp8")
     assert c.bn == 8 and c.wg == 1 and c.split > 1
     c = choose_config(2048, 4096, 4096, "fp16")
-    assert c.bn == 256 and c.wg == 2 and c.split == 1
+    assert c.bn == 256 and c.wg == 2 and c.split == 1 and c.smem_a("fp16")
+    assert c.smem("fp16") <= 227 * 1024
+
+
+def test_stream_config():
+    from mactile.gpu.nestedfp.kernels import StreamConfig, choose_stream
+    assert choose_stream(65, 4096, 4096, "fp16") is None
+    assert choose_stream(8, 4096, 4096, "fp16").nt == 1
+    c = choose_stream(1, 4096, 4096, "fp8")
+    assert c.nt == 1 and c.fuse
+    assert choose_stream(8, 4096, 4096, "fp8").fuse
+    assert choose_stream(9, 4096, 4096, "fp8") is None
+    assert choose_stream(1, 28672, 4096, "fp8") is None  # the table's wgmma choice
+    assert choose_stream(64, 6144, 4096, "fp16").nt == 8
+    c = choose_stream(3, 1000, 1000, "fp16")  # not in the table
+    assert c.sps == 16
+    sps = c.spans(4096, 4096 // c.block_rows)
+    assert 1 <= sps <= 64 and c.smem(sps) <= 227 * 1024
+    for nt in range(1, 9):  # shared memory of every automatic span count fits two blocks per SM
+        c = StreamConfig(nt)
+        assert c.smem(c.spans(14336, 4096 // c.block_rows)) <= 113 * 1024
+    with pytest.raises(ValueError, match="must divide"):
+        StreamConfig(nt=1, rt=3, wr=1)
