@@ -175,7 +175,7 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     ws, cnt = Workspace.get(T * 2 * C * MT * 64, T * RT)
     smem = tc_smem(kf.block, kf.scale_dtype.itemsize, MT, KT, S)
     k = kernel("w4a16_tc", F=kf.fmt_id, MT=MT, KT=KT, S=S, smem=smem)
-    scale = np.float32(pw.tensor_scale * (2.0 ** kf.f16_prescale_log2 if kf.block == 16 else 1.0))
+    scale = np.float32(pw.tensor_scale * 2.0 ** kf.tc_out_log2)  # undo the decode's power of two
     k((C, T), (256,), (lay["codes"], lay["scales"], x, y, ws, cnt, np.int32(M), np.int32(pw.N),
                        np.int32(pw.K), np.int32(lay["K_pad"]), np.int32(RT), np.int32(C), scale,
                        np.int32(f32), *_lut_args(pw)), shared_mem=smem)
