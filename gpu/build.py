@@ -111,7 +111,7 @@ def _kernel(family: str, **targs):
 
 def default_instances() -> list[tuple[str, dict]]:
     """Every instantiation the Python wrappers and the benchmark use."""
-    from .w4a16 import CC_STAGES, TC_CONFIGS
+    from .w4a16 import CC_STAGES, TC_CONFIGS, TC_STAGE_SWEEP
     from .w4a4 import w4a4_stages
     from .temperature import CLUSTERS, R_CHOICES
 
@@ -121,6 +121,12 @@ def default_instances() -> list[tuple[str, dict]]:
             out.append(("w4a16_tc", {"F": F, "MT": MT, "KT": KT, "S": S}))
         for MT in (1, 2, 4, 8):
             out.append(("w4a16_cc", {"F": F, "MT": MT, "S": CC_STAGES}))
+    have = {(a["F"], a["MT"], a["KT"], a["S"]) for f, a in out if f == "w4a16_tc"}
+    for MT, stages in TC_STAGE_SWEEP.items():
+        KT = next(kt for (mt, kt, s) in TC_CONFIGS.values() if mt == MT)
+        for S in stages:
+            if (0, MT, KT, S) not in have:
+                out.append(("w4a16_tc", {"F": 0, "MT": MT, "KT": KT, "S": S}))
     for MT in (1, 2, 4, 8):
         out.append(("w4a4_gemv", {"MT": MT, "S": w4a4_stages(MT)}))
     out.append(("nvfp4_quantize_act", {}))

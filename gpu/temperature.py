@@ -141,6 +141,7 @@ def _kernel(cluster: int, rmax: int):
     k = kernel("reset_temperature_step", CL=cluster, R=rmax)
     if cluster > 8 and id(k) not in _ATTR_SET:
         cp = require_cupy()
-        cp.cuda.driver.funcSetAttribute(k.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        fn = getattr(k, "kernel", k)  # cupy.RawKernel wraps a cupy.cuda.Function
+        cp.cuda.driver.funcSetAttribute(fn.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
         _ATTR_SET.add(id(k))
     return k
