@@ -3,8 +3,10 @@
 :class:`StepAwareTemperatureGPU` keeps the per-sequence state in device memory and makes
 the same decisions, bit for bit, as :class:`mactile.golden.StepAwareTemperature` with the
 kernel's :class:`~mactile.golden.reset_temperature.ReductionLayout` (``cluster`` CTAs x 1024
-threads per sequence: 16 by default, so that a batch of 8 spreads over 128 of the H100's
-132 SMs, or 8), including the sampled token (same counter-based generator).
+threads per sequence: 8 by default, or 16 with the non-portable cluster size), including
+the sampled token (same counter-based generator). Measured on the H100 (docs/gpu.md): 16-CTA
+clusters are slower (batch 8: 36.8 vs 19.1 us -- eight 16-SM clusters do not fit the GPCs at
+once; batch 1: 18.3 vs 16.9 us), so 8 stays the default.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from .runtime import check_launch, require_cupy
 
 __all__ = ["StepAwareTemperatureGPU", "KERNEL_LAYOUT", "R_CHOICES", "CLUSTERS", "layout_for"]
 
-#: Cluster sizes (CTAs per sequence) the kernel is instantiated for; 16 needs the
-#: non-portable cluster size (Hopper allows up to 16).
-CLUSTERS = (16, 8)
+#: Cluster sizes (CTAs per sequence) the kernel is instantiated for, the default first; 16
+#: needs the non-portable cluster size (Hopper allows up to 16).
+CLUSTERS = (8, 16)
 #: Register-array sizes instantiated (elements per thread); vocabularies up to
 #: cluster*1024*32.
 R_CHOICES = (4, 8, 12, 20, 32)

@@ -175,8 +175,8 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     T = ceil_div(M, MT)
     if n_ctas is not None:
         C = n_ctas
-    elif MT <= 16:  # memory-bound: the limited-CTA rule (measured sweep)
-        C = default_ctas(U, tc_ctas_per_sm(kf.fmt_id, MT), min_units=12)
+    elif MT <= 16:  # small token tiles: one CTA per SM (stage/grid sweep, docs/gpu.md)
+        C = default_ctas(U, 1, min_units=12)
     else:  # compute-bound tiles want every CTA slot
         C = max(1, tc_ctas_per_sm(kf.fmt_id, MT) * sm_count() // T)
     C = int(max(1, min(C, U)))

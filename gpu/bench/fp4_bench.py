@@ -190,7 +190,7 @@ def _cta_sweep(ctx, qsets, x_host, K, N, M, fp16_us, extra):
         ctx.log(f"  w4a16_tc ctas={C:<4} nvfp4       M={M:<4} {t.median_us:8.2f} us")
 
 
-def bench_temperature(ctx, *, batches=(1, 8), vocab=151936, clusters=(16, 8)):
+def bench_temperature(ctx, *, batches=(1, 8), vocab=151936, clusters=(8, 16)):
     """ReSET temperature step: one launch per decoding step, logits rotated over 4x L2, for
     each cluster size (CTAs per sequence)."""
     cp = ctx.cp

@@ -9,7 +9,7 @@ from mactile.golden import StepAwareTemperature
 pytestmark = GPU
 
 
-def _run(rng, B, V, steps, dtype, *, window=8, tau0=0.8, seed=17, cluster=16):
+def _run(rng, B, V, steps, dtype, *, window=8, tau0=0.8, seed=17, cluster=8):
     cp = cupy()
     from mactile.gpu import StepAwareTemperatureGPU
     from mactile.gpu.temperature import layout_for
@@ -63,9 +63,9 @@ def test_errors():
     with pytest.raises(ValueError, match="step_end_mask"):
         s.step(cp.zeros((2, 10), cp.float32), cp.zeros(9, cp.uint8))
     with pytest.raises(ValueError, match="exceeds"):
-        s.step(cp.zeros((2, 16 * 1024 * 32 + 1), cp.float32), cp.zeros(16 * 1024 * 32 + 1, cp.uint8))
-    s8 = StepAwareTemperatureGPU(2, cluster=8)
+        s.step(cp.zeros((2, 8 * 1024 * 32 + 1), cp.float32), cp.zeros(8 * 1024 * 32 + 1, cp.uint8))
+    s16 = StepAwareTemperatureGPU(2, cluster=16)
     with pytest.raises(ValueError, match="exceeds"):
-        s8.step(cp.zeros((2, 8 * 1024 * 32 + 1), cp.float32), cp.zeros(8 * 1024 * 32 + 1, cp.uint8))
+        s16.step(cp.zeros((2, 16 * 1024 * 32 + 1), cp.float32), cp.zeros(16 * 1024 * 32 + 1, cp.uint8))
     with pytest.raises(ValueError, match="cluster"):
         StepAwareTemperatureGPU(2, cluster=4)
