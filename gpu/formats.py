@@ -53,7 +53,7 @@ from mactile.golden import FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, RaZeR, RaZeRG1
 from mactile.golden.block import BlockFormat
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
-__all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS",
+__all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS", "bp_masks",
            "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "lut_byte", "traits_header", "fp4_encode_header",
            "prelude", "reset_header", "FORMAT_IDS",
            "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]

@@ -36,7 +36,7 @@ import numpy as np
 from mactile.golden import FP4_E2M1, Quantized
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
-from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, KernelFormat, bp_bit_positions,
+from .formats import (BP_FRAG_SLOTS, BP_SCALE_LOG2, KernelFormat, bp_bit_positions,
                       bp_decode_word, kernel_format)
 
 __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_TILE",
