@@ -26,10 +26,10 @@ FAMILIES = {
     "w4a16_cc": "mt::w4a16_cc<{F}, {MT}, {S}>",
     "w4a4_gemv": "mt::w4a4_gemv<{MT}, {S}>",
     "nvfp4_quantize_act": "nvfp4_quantize_act",  # extern "C", global namespace
-    "reset_temperature_step": "mt::reset_temperature_step<{R}>",
+    "reset_temperature_step": "mt::reset_temperature_step<{CL}, {R}>",
 }
 _ARGS = {"w4a16_tc": ("F", "MT", "KT", "S"), "w4a16_cc": ("F", "MT", "S"), "w4a4_gemv": ("MT", "S"),
-         "nvfp4_quantize_act": (), "reset_temperature_step": ("R",)}
+         "nvfp4_quantize_act": (), "reset_temperature_step": ("CL", "R")}
 _FILES = ("w4a16_tc.cu", "w4a16_cc.cu", "w4a4.cu", "reset_temperature.cu")
 
 
@@ -111,9 +111,9 @@ def _kernel(family: str, **targs):
 
 def default_instances() -> list[tuple[str, dict]]:
     """Every instantiation the Python wrappers and the benchmark use."""
-    from .w4a16 import CC_STAGES, TC_CONFIGS
+    from .w4a16 import CC_STAGES, TC_CONFIGS, TC_STAGE_SWEEP
     from .w4a4 import w4a4_stages
-    from .temperature import R_CHOICES
+    from .temperature import CLUSTERS, R_CHOICES
 
     out = []
     for F in (0, 1, 2):
@@ -121,11 +121,18 @@ def default_instances() -> list[tuple[str, dict]]:
             out.append(("w4a16_tc", {"F": F, "MT": MT, "KT": KT, "S": S}))
         for MT in (1, 2, 4, 8):
             out.append(("w4a16_cc", {"F": F, "MT": MT, "S": CC_STAGES}))
+    have = {(a["F"], a["MT"], a["KT"], a["S"]) for f, a in out if f == "w4a16_tc"}
+    for MT, stages in TC_STAGE_SWEEP.items():
+        KT = next(kt for (mt, kt, s) in TC_CONFIGS.values() if mt == MT)
+        for S in stages:
+            if (0, MT, KT, S) not in have:
+                out.append(("w4a16_tc", {"F": 0, "MT": MT, "KT": KT, "S": S}))
     for MT in (1, 2, 4, 8):
         out.append(("w4a4_gemv", {"MT": MT, "S": w4a4_stages(MT)}))
     out.append(("nvfp4_quantize_act", {}))
-    for R in R_CHOICES:
-        out.append(("reset_temperature_step", {"R": R}))
+    for CL in CLUSTERS:
+        for R in R_CHOICES:
+            out.append(("reset_temperature_step", {"CL": CL, "R": R}))
     return out
 
 

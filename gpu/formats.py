@@ -26,6 +26,21 @@ word :attr:`KernelFormat.specials_word`): the special value is folded into the l
 A byte becomes a number by placing it into a constant exponent (exact, no conversion
 instruction): FP16 ``0x5C00 | b`` is ``256 + b/4 = 272 + v``; FP32 ``0x43000000 | b<<16``
 is ``128 + b = 192 + 4v``. One FMA then removes the offset and applies the block scale.
+
+The bit-placement ("bp") decode of ``nvfp4`` (no special value)
+-----------------------------------------------------------------
+The three magnitude bits of an E2M1 code moved into FP16 bits ``[11:9]`` (exponent LSBs and
+the mantissa MSB) and its sign into bit 15 give an FP16 word whose value is exactly
+``v * 2**-14`` for normals *and* subnormals (exponent field 0 is an FP16 subnormal:
+``0.5 m * 2**-14``), because both formats have subnormals and ``15 - 1 = 14`` is the bias
+difference. No table, no offset: a register of eight codes becomes four f16x2 words with
+rotations and masks only. The offline shuffle puts the eight codes' bits where one
+``rotl(w, r) & mask`` (or, for two of the words, a magnitude rotation and a sign rotation
+merged by one LOP3) lands them; :data:`BP_ROTATIONS` is the cheapest such layout (11
+instructions per 8 codes, found by exhaustive search over all rotation pairs; no layout
+needs fewer, since no four rotations of the FP16 pattern tile 32 bits). The FP16 scale
+``s * 2**BP_SCALE_LOG2`` multiplies it (one HMUL2 per two codes, exact), and the kernel's
+output scale carries the remaining power of two.
 """
 from __future__ import annotations
 
@@ -38,7 +53,8 @@ from mactile.golden import FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, RaZeR, RaZeRG1
 from mactile.golden.block import BlockFormat
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
-__all__ = ["KernelFormat", "kernel_format", "lut_byte", "traits_header", "fp4_encode_header",
+__all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS", "bp_masks",
+           "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "lut_byte", "traits_header", "fp4_encode_header",
            "prelude", "reset_header", "FORMAT_IDS",
            "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]
 
@@ -72,6 +88,84 @@ def _check_magic_constants() -> None:
 
 
 _check_magic_constants()
+
+#: FP16 bit of the code's least significant magnitude bit (the E2M1 mantissa bit goes to
+#: the FP16 mantissa MSB, the two exponent bits to the FP16 exponent LSBs).
+BP_MAG_LSB = FP16.man_bits - FP4_E2M1.man_bits  # 9
+#: log2 of the bp decode's value factor: the half is v * 2**BP_LOG2.
+BP_LOG2 = FP4_E2M1.bias - FP16.bias  # -14
+#: FP16 scale factor exponent of the bp path: E4M3 scale * 2**7 is the largest power of two
+#: keeping every ``v * s * 2**(BP_LOG2 + k)`` exact and finite in FP16 (checked below).
+BP_SCALE_LOG2 = 7
+#: (magnitude rotation, sign rotation) of the frag word for A-fragment registers 0..3:
+#: register j = ((rotl(w, m) & MAG) | (rotl(w, s) & SIGN)), a single ``rotl & (MAG|SIGN)``
+#: when m == s. Exhaustive search: 11 instructions per word is the minimum (docs/gpu.md).
+BP_ROTATIONS = ((0, 0), (13, 13), (3, 15), (6, 14))
+#: (A-fragment register, half) of the frag word's eight codes in nibble order (nibbles 0-3:
+#: row g at k 2t, 2t+1, 2t+8, 2t+9; 4-7: row g+8): m16n8k16 A registers are
+#: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..).
+BP_FRAG_SLOTS = ((0, 0), (0, 1), (2, 0), (2, 1), (1, 0), (1, 1), (3, 0), (3, 1))
+
+
+def bp_bit_positions() -> np.ndarray:
+    """``pos[n, i]``: bit of the bp frag word that holds bit ``i`` (0..3; 3 = sign) of the
+    code in nibble slot ``n`` (0..7). A permutation of 0..31 (checked)."""
+    sign_bit = FP16.bits - 1
+    pos = np.zeros((8, 4), dtype=np.int64)
+    for n, (reg, half) in enumerate(BP_FRAG_SLOTS):
+        m, sg = BP_ROTATIONS[reg]
+        for i in range(3):
+            pos[n, i] = (BP_MAG_LSB + 16 * half + i - m) % 32
+        pos[n, 3] = (sign_bit + 16 * half - sg) % 32
+    if sorted(pos.ravel().tolist()) != list(range(32)):
+        raise AssertionError("BP_ROTATIONS do not give a bit permutation")
+    return pos
+
+
+def _rotl(w, r: int):
+    w = np.asarray(w, dtype=np.uint64) & np.uint64(0xFFFFFFFF)
+    if r == 0:
+        return w.astype(np.uint32)
+    return (((w << np.uint64(r)) | (w >> np.uint64(32 - r))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def bp_masks() -> tuple[int, int]:
+    """(magnitude mask, sign mask) of an f16x2 word in the bp decode."""
+    mag = sum(1 << (BP_MAG_LSB + i + 16 * h) for i in range(3) for h in range(2))
+    sign = sum(1 << (FP16.bits - 1 + 16 * h) for h in range(2))
+    return mag, sign
+
+
+def bp_decode_word(words) -> np.ndarray:
+    """NumPy model of the kernel's bp decode: uint32 words -> ``uint32 [..., 4]`` f16x2
+    words of A-fragment registers 0..3 (rotations and masks exactly as the kernel)."""
+    mag, sign = bp_masks()
+    out = []
+    for m, sg in BP_ROTATIONS:
+        out.append((_rotl(words, m) & np.uint32(mag)) | (_rotl(words, sg) & np.uint32(sign)))
+    return np.stack(out, -1).astype(np.uint32)
+
+
+def _check_bp() -> None:
+    # every E2M1 code in every slot decodes to v * 2^BP_LOG2, and the scaled product is exact
+    pos = bp_bit_positions()
+    for n, (reg, half) in enumerate(BP_FRAG_SLOTS):
+        for c in range(16):
+            w = sum(((c >> i) & 1) << int(pos[n, i]) for i in range(4))
+            h = int(bp_decode_word(np.uint32(w))[reg]) >> (16 * half) & 0xFFFF
+            other = int(bp_decode_word(np.uint32(w))[reg]) >> (16 * (1 - half)) & 0xFFFF
+            val = float(np.uint16(h).view(np.float16))
+            assert val == float(FP4_E2M1.values[c]) * 2.0 ** BP_LOG2 and other == 0, (n, c)
+    hv = FP4_E2M1.values.astype(np.float64) * 2.0 ** BP_LOG2
+    h16 = hv.astype(np.float16)
+    for sc in FP8_E4M3.values[np.isfinite(FP8_E4M3.values)]:
+        s16 = np.float16(float(sc) * 2.0 ** BP_SCALE_LOG2)
+        assert float(s16) == float(sc) * 2.0 ** BP_SCALE_LOG2
+        prod = (h16.astype(np.float32) * np.float32(s16)).astype(np.float16)  # one rounding
+        assert np.array_equal(prod.astype(np.float64), hv * float(sc) * 2.0 ** BP_SCALE_LOG2)
+
+
+_check_bp()
 
 
 @dataclass(frozen=True)
@@ -112,6 +206,20 @@ class KernelFormat:
             return ()
         a, b = self.golden.special_values
         return (a, b, -a, -b)
+
+    @property
+    def bp(self) -> bool:
+        """Whether the tensor-core kernel decodes this format by bit placement (formats
+        without a special value: nvfp4)."""
+        return not self.has_special and self.scale_dtype.itemsize == 1
+
+    @property
+    def tc_out_log2(self) -> int:
+        """log2 of the power of two the tensor-core kernel's FP32 result is multiplied by
+        (besides the tensor scale) to undo its decode's scaling."""
+        if self.bp:
+            return -(BP_LOG2 + BP_SCALE_LOG2)
+        return self.f16_prescale_log2 if self.block == 16 else 0
 
     @property
     def f16_prescale_log2(self) -> int:
@@ -187,6 +295,7 @@ def traits_header() -> str:
             f"  static constexpr int BLOCK = {kf.block};\n"
             f"  static constexpr int SCALE_BYTES = {kf.scale_dtype.itemsize};\n"
             f"  static constexpr bool SPECIAL = {'true' if kf.has_special else 'false'};\n"
+            f"  static constexpr bool BP = {'true' if kf.bp else 'false'};  // bit-placement decode (TC)\n"
             f"  static constexpr unsigned SCALE_MASK = {kf.scale_mask}u;\n"
             f"  static constexpr int META_SHIFT = {kf.meta_shift};\n"
             f"  // scale code payload -> FP16 bits: payload << F16_SHIFT, times F16_MUL\n"
@@ -199,6 +308,15 @@ def traits_header() -> str:
             f"  static constexpr int F32_SHIFT = {23 - kf.scale_man_bits};\n"
             f"  static constexpr float F32_MUL = {f32_mul.hex()}f;  // 2^(127-bias)\n"
             f"}};")
+    mag, sign = bp_masks()
+    h = lambda v: int(np.float16(v).view(np.uint16))
+    bps = h(2.0 ** BP_SCALE_LOG2)
+    out.append("// bit-placement decode (formats.BP_ROTATIONS): register j of a frag word is\n"
+               "// (rotl(w, BP_ROT_M<j>) & BP_MAG_MASK) | (rotl(w, BP_ROT_S<j>) & BP_SIGN_MASK)\n"
+               f"constexpr unsigned BP_MAG_MASK = {mag:#010x}u, BP_SIGN_MASK = {sign:#010x}u;\n"
+               + "".join(f"constexpr int BP_ROT_M{j} = {m}, BP_ROT_S{j} = {sg};\n"
+                         for j, (m, sg) in enumerate(BP_ROTATIONS))
+               + f"constexpr unsigned BP_SCALE_F16X2 = {bps | bps << 16:#010x}u;  // (2^{BP_SCALE_LOG2}, 2^{BP_SCALE_LOG2})")
     out.append(f"constexpr unsigned F16_MAGIC = {F16_MAGIC:#x}u;\n"
                f"constexpr float F16_OFFSET = {F16_OFFSET!r}f;\n"
                f"constexpr unsigned F32_MAGIC = {F32_MAGIC:#x}u;\n"

@@ -10,7 +10,10 @@ block scale, so they contribute nothing):
     codes lane ``(g = lane/4, t = lane%4)`` needs for one ``mma.m16n8k16`` A fragment:
     nibbles 0-3 are row ``g`` at k ``2t, 2t+1, 2t+8, 2t+9`` and nibbles 4-7 the same k of
     row ``g+8``, so one ``prmt`` per row decodes with that row's lookup table and a
-    16-byte shared-memory load serves four k-steps.
+    16-byte shared-memory load serves four k-steps. Formats decoded by bit placement
+    (``KernelFormat.bp``: nvfp4) permute the word's 32 bits instead
+    (:func:`mactile.gpu.formats.bp_bit_positions`): bit ``i`` of the code in nibble slot
+    ``n`` sits at bit ``pos[n, i]``, so that rotations and masks yield the f16x2 A registers.
     ``scales`` (block 16): ``[RT][K_pad/64][4][8][4][2]``: row tile, group of four block
     columns, m16 tile, g, block column in the group, row g / g+8 -- the eight scales a
     lane needs for one group of four k-steps are adjacent (one 8-byte load).
@@ -33,7 +36,8 @@ import numpy as np
 from mactile.golden import FP4_E2M1, Quantized
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
-from .formats import KernelFormat, kernel_format
+from .formats import (BP_FRAG_SLOTS, BP_SCALE_LOG2, KernelFormat, bp_bit_positions,
+                      bp_decode_word, kernel_format)
 
 __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_TILE",
            "FRAG_K_ALIGN", "ROWMAJOR_K_ALIGN", "ACT_K_ALIGN", "quantized_from_arrays", "PackedActivation",
@@ -145,8 +149,15 @@ def pack_w4a16(q: Quantized, *, layouts=LAYOUTS, xp=np) -> PackedW4A16:
         # row = rt*64 + mt*16 + h*8 + g ; k = (grp*4 + ks)*16 + kh*8 + 2t + j
         c = C.reshape(RT, 4, 2, 8, G, 4, 2, 4, 2).transpose(0, 4, 1, 3, 7, 5, 2, 6, 8)
         c = c.reshape(RT, G, 4, 32, 4, 8).astype(xp.uint32)
-        shifts = (4 * xp.arange(8, dtype=xp.uint32)).reshape(1, 1, 1, 1, 1, 8)
-        words = (c << shifts).sum(axis=-1, dtype=xp.uint32)  # disjoint nibbles: sum == OR
+        if kf.bp:  # bit-permuted words of the bit-placement decode
+            pos = bp_bit_positions()
+            words = xp.zeros(c.shape[:-1], dtype=xp.uint32)
+            for n in range(8):
+                for i in range(4):
+                    words |= ((c[..., n] >> i) & 1) << int(pos[n, i])
+        else:
+            shifts = (4 * xp.arange(8, dtype=xp.uint32)).reshape(1, 1, 1, 1, 1, 8)
+            words = (c << shifts).sum(axis=-1, dtype=xp.uint32)  # disjoint nibbles: sum == OR
         KB = K_pad // kf.block
         if kf.block == 16:  # rt, q, mt, g, ks, h with kb = 4q + ks
             s = S.reshape(RT, 4, 2, 8, KB // 4, 4).transpose(0, 4, 1, 3, 5, 2)
@@ -170,12 +181,25 @@ def unpack_frag(p: PackedW4A16):
     lay = p.layout("frag")
     words = np.asarray(_host(lay["codes"]), dtype=np.uint32)
     RT, G = words.shape[0], words.shape[1]
-    nib = ((words[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF).astype(np.uint8)
+    nib = _frag_nibbles(p.fmt, words)
     c = nib.reshape(RT, G, 4, 8, 4, 4, 2, 2, 2)  # rt, grp, mt, g, t, ks, h, kh, j
     c = c.transpose(0, 2, 6, 3, 1, 5, 7, 4, 8).reshape(RT * 64, G * 64)
     s = _frag_scales_rkmgh(p)  # rt, kb, mt, g, h
     s = s.transpose(0, 2, 4, 3, 1).reshape(RT * 64, -1)
     return c[: p.N, : p.K], s[: p.N, : p.K // p.fmt.block]
+
+
+def _frag_nibbles(kf: KernelFormat, words) -> np.ndarray:
+    """Codes of frag words, ``[..., 8]`` in nibble-slot order (both word layouts)."""
+    words = np.asarray(words, dtype=np.uint32)
+    if kf.bp:
+        pos = bp_bit_positions()
+        nib = np.zeros(words.shape + (8,), dtype=np.uint8)
+        for n in range(8):
+            for i in range(4):
+                nib[..., n] |= (((words >> np.uint32(pos[n, i])) & np.uint32(1)) << np.uint32(i)).astype(np.uint8)
+        return nib
+    return ((words[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF).astype(np.uint8)
 
 
 def _frag_scales_rkmgh(p: PackedW4A16) -> np.ndarray:
@@ -325,6 +349,10 @@ def emulate_frag_values(p: PackedW4A16) -> np.ndarray:
     sc = s[:, kb]  # rt, grp, ks, mt, g, h
     sc = sc[:, :, :, :, g, :]  # rt, grp, ks, mt, lane, h
     sc = sc.transpose(0, 1, 3, 4, 2, 5)  # rt, grp, mt, lane, ks, h
+    if kf.bp:
+        vals = _emulate_bp(kf, words, sc)
+        vals = vals.reshape(RT, G, 4, 8, 4, 4, 2, 2, 2).transpose(0, 2, 6, 3, 1, 5, 7, 4, 8)
+        return vals.reshape(RT * 64, G * 64)[: p.N, : p.K]
     meta = (sc.astype(np.uint32) >> np.uint32(kf.meta_shift)) & np.uint32(3) if kf.has_special else np.zeros(sc.shape, np.uint32)
     lo = _lut_bytes(kf, words & np.uint32(0xFFFF), meta[..., 0])
     hi = _lut_bytes(kf, words >> np.uint32(16), meta[..., 1])
@@ -333,6 +361,22 @@ def emulate_frag_values(p: PackedW4A16) -> np.ndarray:
     vals = v * np.repeat(sv, 4, axis=-1)  # nibbles 0-3 row g (h=0), 4-7 row g+8
     vals = vals.reshape(RT, G, 4, 8, 4, 4, 2, 2, 2).transpose(0, 2, 6, 3, 1, 5, 7, 4, 8)
     return vals.reshape(RT * 64, G * 64)[: p.N, : p.K]
+
+
+def _emulate_bp(kf: KernelFormat, words, sc) -> np.ndarray:
+    """Bit-placement decode of frag words ``[...]`` with scale codes ``sc [..., 2]`` (rows g,
+    g+8): f16x2 registers by rotation and masks, times the FP16 scale ``s * 2^7`` rounded to
+    FP16 (the kernel's HMUL2), then the kernel's output power of two. ``[..., 8]`` values in
+    nibble-slot order."""
+    regs = bp_decode_word(words)  # [..., 4] f16x2
+    halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], -1).astype(np.uint16)
+    h = halves.view(np.float16).astype(np.float32)  # [..., 4 reg, 2 half]
+    s = (_scale_values(kf, sc) * 2.0 ** BP_SCALE_LOG2).astype(np.float16)  # [..., 2 rows], exact
+    row_of_reg = np.array([0, 1, 0, 1])  # a0, a2 row g; a1, a3 row g+8
+    prod = (h * s[..., row_of_reg][..., None].astype(np.float32)).astype(np.float16)  # HMUL2
+    vals = prod.astype(np.float64) * 2.0 ** kf.tc_out_log2
+    slot = np.array([r * 2 + hh for r, hh in BP_FRAG_SLOTS])
+    return vals.reshape(vals.shape[:-2] + (8,))[..., slot]
 
 
 def emulate_rowmajor_values(p: PackedW4A16) -> np.ndarray:

@@ -2,8 +2,11 @@
 
 :class:`StepAwareTemperatureGPU` keeps the per-sequence state in device memory and makes
 the same decisions, bit for bit, as :class:`mactile.golden.StepAwareTemperature` with the
-kernel's :class:`~mactile.golden.reset_temperature.ReductionLayout` (8 CTAs x 1024 threads),
-including the sampled token (same counter-based generator).
+kernel's :class:`~mactile.golden.reset_temperature.ReductionLayout` (``cluster`` CTAs x 1024
+threads per sequence: 8 by default, or 16 with the non-portable cluster size), including
+the sampled token (same counter-based generator). Measured on the H100 (docs/gpu.md): 16-CTA
+clusters are slower (batch 8: 36.8 vs 19.1 us -- eight 16-SM clusters do not fit the GPCs at
+once; batch 1: 18.3 vs 16.9 us), so 8 stays the default.
 """
 from __future__ import annotations
 
@@ -16,12 +19,28 @@ from mactile.golden.reset_temperature import ReductionLayout, StepResult
 from .build import kernel
 from .runtime import check_launch, require_cupy
 
-__all__ = ["StepAwareTemperatureGPU", "KERNEL_LAYOUT", "R_CHOICES"]
+__all__ = ["StepAwareTemperatureGPU", "KERNEL_LAYOUT", "R_CHOICES", "CLUSTERS", "layout_for"]
 
-#: The kernel's summation layout (pass it to the golden model to compare bit for bit).
-KERNEL_LAYOUT = ReductionLayout(cluster=8, threads=1024)
-#: Register-array sizes instantiated (elements per thread); vocabularies up to 8*1024*32.
+#: Cluster sizes (CTAs per sequence) the kernel is instantiated for, the default first; 16
+#: needs the non-portable cluster size (Hopper allows up to 16).
+CLUSTERS = (8, 16)
+#: Register-array sizes instantiated (elements per thread); vocabularies up to
+#: cluster*1024*32.
 R_CHOICES = (4, 8, 12, 20, 32)
+#: CUfunction attribute that allows clusters of more than 8 CTAs.
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+
+
+def layout_for(cluster: int) -> ReductionLayout:
+    """The kernel's summation layout for ``cluster`` CTAs per sequence (pass it to the
+    golden model to compare bit for bit)."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster}")
+    return ReductionLayout(cluster=cluster, threads=1024)
+
+
+#: The default kernel's summation layout.
+KERNEL_LAYOUT = layout_for(CLUSTERS[0])
 
 
 @dataclass
@@ -39,9 +58,11 @@ class StepAwareTemperatureGPU:
     t_high: float = 1.0
     window: int = 32
     seed: int = 0
+    cluster: int = CLUSTERS[0]
 
     def __post_init__(self):
         cp = require_cupy()
+        self.layout = layout_for(self.cluster)
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if not (self.t_low > 0 and self.t_high > 0):
@@ -88,15 +109,16 @@ class StepAwareTemperatureGPU:
             if ids.shape != (self.batch,):
                 raise ValueError(f"seq_ids must have shape ({self.batch},)")
             self.seq_ids[...] = ids
-        R = KERNEL_LAYOUT.r(V)
+        R = self.layout.r(V)
         Rmax = next((r for r in R_CHOICES if r >= R), None)
         if Rmax is None:
-            raise ValueError(f"vocabulary of {V} exceeds the kernel's {8 * 1024 * R_CHOICES[-1]} entries")
+            raise ValueError(f"vocabulary of {V} exceeds the kernel's "
+                             f"{self.cluster * 1024 * R_CHOICES[-1]} entries (cluster {self.cluster})")
         f = np.float32
         inv_lo, inv_hi = f(f(1.0) / f(self.t_low)), f(f(1.0) / f(self.t_high))
-        k = kernel("reset_temperature_step", R=Rmax)
+        k = _kernel(self.cluster, Rmax)
         o = self.out
-        k((8, self.batch), (1024,),
+        k((self.cluster, self.batch), (1024,),
           (logits, np.int32(logits.dtype == cp.float16), np.int32(V), np.int32(R), mask, self.seq_ids,
            self.count, self.sum_all, self.t0, self.step_sum, self.step_n, self.prev_end, self.ring,
            np.int32(self.window), np.float64(self.tau0), f(self.t_low), f(self.t_high), inv_lo, inv_hi,
@@ -110,3 +132,18 @@ class StepAwareTemperatureGPU:
         """Host copy of a step's outputs as a golden :class:`StepResult`."""
         g = {k: v.get() for k, v in out.items()}
         return StepResult(g["tokens"], g["temperature"], g["entropy"], g["h_step"], g["h_bar"], g["tau"])
+
+
+_ATTR_SET: set = set()
+
+
+def _kernel(cluster: int, rmax: int):
+    """The step kernel for (cluster, Rmax); clusters above 8 CTAs get the non-portable
+    cluster-size attribute once (outside any graph capture: the first call of a shape)."""
+    k = kernel("reset_temperature_step", CL=cluster, R=rmax)
+    if cluster > 8 and id(k) not in _ATTR_SET:
+        cp = require_cupy()
+        fn = getattr(k, "kernel", k)  # cupy.RawKernel wraps a cupy.cuda.Function
+        cp.cuda.driver.funcSetAttribute(fn.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        _ATTR_SET.add(id(k))
+    return k

@@ -17,7 +17,7 @@ from .build import kernel
 from .packing import ROW_TILE, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
 
-__all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "CC_STAGES", "tc_config", "tc_smem", "cc_smem",
+__all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "TC_STAGE_SWEEP", "CC_STAGES", "tc_config", "tc_smem", "cc_smem",
            "tc_units", "cc_units", "Workspace", "CC_MAX_M", "check_activation", "tc_ctas_per_sm",
            "cc_ctas_per_sm", "default_ctas"]
 
@@ -26,6 +26,8 @@ __all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "CC_STAGES", "tc_config", "tc_sme
 TC_CONFIGS = {8: (8, 256, 6), 16: (16, 256, 5), 32: (32, 256, 4), 64: (64, 128, 4)}
 CC_STAGES = 4
 CC_MAX_M = 8
+#: Extra pipeline depths instantiated for the stage sweep (``gemm_tc(stages=...)``; nvfp4).
+TC_STAGE_SWEEP = {8: (3, 4, 5, 6), 16: (3, 4, 5)}
 _RM_KC = 512
 
 
@@ -156,26 +158,32 @@ def _on_device(pw: PackedW4A16, name: str):
 
 
 def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int | None = None,
-            mt: int | None = None, sync: bool = False):
-    """Tensor-core W4A16 GEMM; ``mt`` forces a token tile (8, 16, 32, 64, 128)."""
+            mt: int | None = None, stages: int | None = None, sync: bool = False):
+    """Tensor-core W4A16 GEMM; ``mt`` forces a token tile (8, 16, 32, 64, 128), ``stages``
+    a pipeline depth of :data:`TC_STAGE_SWEEP` (nvfp4 only; for measurements)."""
     lay = _on_device(pw, "frag")
     M = check_activation(x, pw.K)
     MT, KT, S = TC_CONFIGS[mt] if mt is not None else tc_config(M)
+    if stages is not None:
+        if pw.fmt.fmt_id != 0 or stages not in TC_STAGE_SWEEP.get(MT, ()):
+            raise ValueError(f"stages={stages} is not instantiated for MT={MT}/{pw.fmt.name} "
+                             f"(TC_STAGE_SWEEP: {TC_STAGE_SWEEP})")
+        S = stages
     y, f32 = _out(out, M, pw.N, out_dtype)
     kf = pw.fmt
     RT, KU, U = tc_units(pw, KT)
     T = ceil_div(M, MT)
     if n_ctas is not None:
         C = n_ctas
-    elif MT <= 16:  # memory-bound: the limited-CTA rule (measured sweep)
-        C = default_ctas(U, tc_ctas_per_sm(kf.fmt_id, MT), min_units=12)
+    elif MT <= 16:  # small token tiles: one CTA per SM (stage/grid sweep, docs/gpu.md)
+        C = default_ctas(U, 1, min_units=12)
     else:  # compute-bound tiles want every CTA slot
         C = max(1, tc_ctas_per_sm(kf.fmt_id, MT) * sm_count() // T)
     C = int(max(1, min(C, U)))
     ws, cnt = Workspace.get(T * 2 * C * MT * 64, T * RT)
     smem = tc_smem(kf.block, kf.scale_dtype.itemsize, MT, KT, S)
     k = kernel("w4a16_tc", F=kf.fmt_id, MT=MT, KT=KT, S=S, smem=smem)
-    scale = np.float32(pw.tensor_scale * (2.0 ** kf.f16_prescale_log2 if kf.block == 16 else 1.0))
+    scale = np.float32(pw.tensor_scale * 2.0 ** kf.tc_out_log2)  # undo the decode's power of two
     k((C, T), (256,), (lay["codes"], lay["scales"], x, y, ws, cnt, np.int32(M), np.int32(pw.N),
                        np.int32(pw.K), np.int32(lay["K_pad"]), np.int32(RT), np.int32(C), scale,
                        np.int32(f32), *_lut_args(pw)), shared_mem=smem)

@@ -190,23 +190,26 @@ def _cta_sweep(ctx, qsets, x_host, K, N, M, fp16_us, extra):
         ctx.log(f"  w4a16_tc ctas={C:<4} nvfp4       M={M:<4} {t.median_us:8.2f} us")
 
 
-def bench_temperature(ctx, *, batches=(1, 8), vocab=151936):
-    """ReSET temperature step: one launch per decoding step, logits rotated over 4x L2."""
+def bench_temperature(ctx, *, batches=(1, 8), vocab=151936, clusters=(8, 16)):
+    """ReSET temperature step: one launch per decoding step, logits rotated over 4x L2, for
+    each cluster size (CTAs per sequence)."""
     cp = ctx.cp
     from ..temperature import StepAwareTemperatureGPU
-    for B in batches:
-        for dt in (np.float32, np.float16):
-            n = rotation_count(B * vocab * np.dtype(dt).itemsize, l2_bytes=ctx.info["l2_bytes"])
-            zs = [cp.asarray((ctx.rng.standard_normal((B, vocab)) * 3).astype(dt)) for _ in range(n)]
-            mask = cp.asarray((ctx.rng.random(vocab) < 0.01).astype(np.uint8))
-            s = StepAwareTemperatureGPU(B, seed=3)
-            s.step(zs[0], mask, sync=True)
-            t = time_launches(lambda i: s.step(zs[i], mask), n_sets=n)
-            ctx.records.append(make_record(kernel="reset_temperature", format=np.dtype(dt).name, K=vocab, N=B,
-                                           M=B, timing=t, bytes_moved=B * vocab * np.dtype(dt).itemsize,
-                                           baseline_fp16_us=None, read_peak_tbps=None, device=ctx.info,
-                                           extra={"model": "ReSET sampler", "layer": f"batch {B}"}))
-            ctx.log(f"reset_temperature B={B} V={vocab} {np.dtype(dt).name}: {t.median_us:.2f} us")
+    for cl in clusters:
+        for B in batches:
+            for dt in (np.float32, np.float16):
+                n = rotation_count(B * vocab * np.dtype(dt).itemsize, l2_bytes=ctx.info["l2_bytes"])
+                zs = [cp.asarray((ctx.rng.standard_normal((B, vocab)) * 3).astype(dt)) for _ in range(n)]
+                mask = cp.asarray((ctx.rng.random(vocab) < 0.01).astype(np.uint8))
+                s = StepAwareTemperatureGPU(B, seed=3, cluster=cl)
+                s.step(zs[0], mask, sync=True)
+                t = time_launches(lambda i: s.step(zs[i], mask), n_sets=n)
+                ctx.records.append(make_record(kernel="reset_temperature", format=np.dtype(dt).name, K=vocab, N=B,
+                                               M=B, timing=t, bytes_moved=B * vocab * np.dtype(dt).itemsize,
+                                               baseline_fp16_us=None, read_peak_tbps=None, device=ctx.info,
+                                               extra={"model": "ReSET sampler", "layer": f"batch {B}",
+                                                      "cluster": cl}))
+                ctx.log(f"reset_temperature cluster={cl} B={B} V={vocab} {np.dtype(dt).name}: {t.median_us:.2f} us")
 
 
 def _copy(pw):
@@ -245,9 +248,9 @@ def run_benchmark(*, shapes=None, Ms=None, formats=None, kernels=None, baselines
 
 def temperature_table(records) -> str:
     rows = [r for r in records if r["kernel"] == "reset_temperature" and r["time_us"]]
-    lines = ["| batch | vocabulary | logits | time per step (us) |", "|---|---|---|---|"]
+    lines = ["| CTAs per sequence | batch | vocabulary | logits | time per step (us) |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['N']} | {r['K']} | {r['format']} | {r['time_us']:.2f} |")
+        lines.append(f"| {r.get('cluster', 8)} | {r['N']} | {r['K']} | {r['format']} | {r['time_us']:.2f} |")
     return "\n".join(lines)
 
 

@@ -1,15 +1,15 @@
 // ReSET step-aware temperature policy, one decoding step for a batch of sequences
 // (golden/reset_temperature.py defines every operation; this kernel follows it bit for bit).
 //
-// One 8-CTA cluster per sequence (blockIdx.y); element i of the vocabulary belongs to CTA
-// i / (T*R), thread i % T, slot (i % (T*R)) / T. Logits stay in registers between the
+// One CL-CTA cluster per sequence (blockIdx.y; CL = 8, or 16 with the non-portable
+// cluster size, so that a batch of 8 spreads over 128 of the 132 SMs); element i of the
+// vocabulary belongs to CTA i / (T*R), thread i % T, slot (i % (T*R)) / T. Logits stay in registers between the
 // passes; the cluster combines maxima, sums and the sampling search through distributed
 // shared memory. CTA rank 0 updates the per-sequence state at the end.
 #include <cuda_fp16.h>
 
 namespace mt {
 
-constexpr int RS_CLUSTER = 8;
 constexpr int RS_THREADS = 1024;
 constexpr int RS_WARPS = RS_THREADS / 32;
 
@@ -116,6 +116,7 @@ __device__ __forceinline__ void cta_scan2(RsShared& sh, float x0, float x1, floa
 
 // Offsets of this CTA in the cluster chain and the cluster totals (all threads). Each
 // phase uses its own slot, so no second barrier is needed before the slot could be reused.
+template <int CL>
 __device__ __forceinline__ void cluster_chain2(RsShared& sh, int phase, float tot0, float tot1, unsigned rank,
                                                float& off0, float& off1, float& all0, float& all1) {
     if (threadIdx.x == 0) {
@@ -126,7 +127,7 @@ __device__ __forceinline__ void cluster_chain2(RsShared& sh, int phase, float to
     float c0 = 0.f, c1 = 0.f;
     off0 = off1 = 0.f;
 #pragma unroll
-    for (unsigned c = 0; c < RS_CLUSTER; ++c) {
+    for (unsigned c = 0; c < CL; ++c) {
         if (c == rank) {
             off0 = c0;
             off1 = c1;
@@ -148,8 +149,8 @@ __device__ __forceinline__ float rs_uniform(unsigned long long seed, long long s
     return (float)(z >> 40) * 0x1p-24f;
 }
 
-template <int RMAX>
-__global__ void __cluster_dims__(RS_CLUSTER, 1, 1) __launch_bounds__(RS_THREADS, 1)
+template <int CL, int RMAX>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(RS_THREADS, 1)
 reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, int R,
                        const unsigned char* __restrict__ step_end, const long long* __restrict__ seq_ids,
                        long long* __restrict__ st_count, double* __restrict__ st_sum_all,
@@ -201,7 +202,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     rs_cluster_sync();
     float m = -INFINITY;
 #pragma unroll
-    for (unsigned c = 0; c < RS_CLUSTER; ++c) m = fmaxf(m, rs_ldf(&sh.bcast[0], c));
+    for (unsigned c = 0; c < CL; ++c) m = fmaxf(m, rs_ldf(&sh.bcast[0], c));
 
     // ---- entropy at T = 1: S = sum e, W = sum e*d (sequential per thread, then the scans);
     // e is kept: the sampling pass reuses it when T = 1 (d * 1 == d exactly)
@@ -222,7 +223,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     }
     float te0, te1, tot0, tot1, off0, off1, S, Wt;
     cta_scan2(sh, se, sw, te0, te1, tot0, tot1);
-    cluster_chain2(sh, 0, tot0, tot1, rank, off0, off1, S, Wt);
+    cluster_chain2<CL>(sh, 0, tot0, tot1, rank, off0, off1, S, Wt);
     const float H = __fsub_rn(log_f32(S), __fdiv_rn(Wt, S));
 
     // ---- decision (identical in every CTA: same state, same arithmetic)
@@ -238,10 +239,16 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
         sn += 1;
         double hstep;
         if (t - t0 < window) {
-            const long long nwin = (t + 1 < window) ? t + 1 : window;
+            const int nwin = (int)((t + 1 < window) ? t + 1 : window);
+            // golden order p = t-nwin+1 .. t; one 64-bit modulo, then a wrapping ring index
+            // (the per-iteration 64-bit modulo was the longest serial chain of the kernel)
+            int idx = (int)((t - nwin + 1) % window);
             double acc = 0.0;
-            for (long long p = t - nwin + 1; p <= t; ++p)
-                acc += (p == t) ? (double)H : sh.ring[p % window];
+            for (int q = 0; q < nwin - 1; ++q) {
+                acc += sh.ring[idx];
+                idx = (idx + 1 == window) ? 0 : idx + 1;
+            }
+            acc += (double)H;
             hstep = acc / (double)nwin;
         } else {
             hstep = ssum / (double)sn;
@@ -274,7 +281,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     }
     float te, tunused, ctot, cunused, off, offu, S2, S2u;
     cta_scan2(sh, p, 0.f, te, tunused, ctot, cunused);
-    cluster_chain2(sh, 1, ctot, 0.f, rank, off, offu, S2, S2u);
+    cluster_chain2<CL>(sh, 1, ctot, 0.f, rank, off, offu, S2, S2u);
     const float target = __fmul_rn(u, S2);
     int first = 0x7fffffff, last = -1;
     float s = 0.f;
@@ -312,7 +319,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
     rs_cluster_sync();
     if (rank == 0 && tid == 0) {
         int f = 0x7fffffff, l = -1;
-        for (unsigned c = 0; c < RS_CLUSTER; ++c) {
+        for (unsigned c = 0; c < CL; ++c) {
             f = min(f, rs_ldi(&sh.isel[0], c));
             l = max(l, rs_ldi(&sh.isel[1], c));
         }

@@ -6,9 +6,12 @@
 // to 16 tokens.
 //   * weights in the "frag" layout (gpu/packing.py): one 32-bit word = the 8 codes of one
 //     lane's A fragment; a 16-byte shared load serves four k-steps;
-//   * decode in registers: prmt lookup (special value folded in) -> f16 magic word ->
-//     one HFMA2 that removes the offset and applies the block scale (exact for nvfp4 and
-//     razer); razer-g128's FP16 scale is applied in FP32 per 128-block instead;
+//   * decode in registers. nvfp4 (Fmt::BP): bit placement -- rotations and masks put each
+//     code's magnitude into FP16 bits [11:9] and its sign into bit 15 (the value is
+//     v * 2^-14, subnormals included), one HMUL2 applies the E4M3 scale * 2^7 (exact);
+//     razer / razer-g128: prmt lookup (special value folded in) -> f16 magic word -> one
+//     HFMA2 that removes the offset and applies the block scale (exact); razer-g128's FP16
+//     scale is applied in FP32 per 128-block instead;
 //   * cp.async multi-stage pipeline of (64-row tile x KT) units, activations staged with
 //     a 16-byte XOR swizzle and read with ldmatrix;
 //   * stripe partitioning over n_ctas CTAs (<= #SMs; fewer for small matrices, RaZeR
@@ -51,51 +54,206 @@ __device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
                  : "=r"(r0), "=r"(r1) : "r"(addr));
 }
 
-// One unit (row tile rt, k-chunk starting at k0, klen <= KT valid k) into a stage. Trip
-// counts and index splits are compile-time (the profiled first version spent most of its
-// instructions on runtime divisions here); a partial last unit only adds guards.
+// Loader of the cp.async pipeline. The units of a stripe are consecutive in the frag
+// layout, so code and scale sources are running pointers (advanced by klen*32 and
+// klen/B*64*SB bytes per unit); every per-thread index is computed once; trip counts are
+// compile-time; a partial last unit only adds guards.
 template <int F, int MT, int KT, int STAGES>
-__device__ __forceinline__ void tc_load_unit(unsigned char* stage, int rt, int k0, int klen, int K_pad, int K,
-                                             int M, int tok0, const u32* __restrict__ codes,
-                                             const unsigned char* __restrict__ scales,
-                                             const __half* __restrict__ x) {
+struct TcLoader {
     using C = TcCfg<F, MT, KT, STAGES>;
-    const int tid = threadIdx.x;
-    {  // codes: contiguous, klen * 32 bytes
-        const unsigned char* src = reinterpret_cast<const unsigned char*>(codes) +
-                                   ((size_t)rt * (K_pad / 64) + k0 / 64) * 2048;
-        const u32 dst = smem_u32(stage);
+    static constexpr int B = Fmt<F>::BLOCK, SB = Fmt<F>::SCALE_BYTES;
+    static constexpr int CPR = KT / 8;  // activation chunks per token (power of two)
+    static constexpr int XCH = MT * CPR;
+    static constexpr int XJ = (XCH + C::THREADS - 1) / C::THREADS;
+    static constexpr int N16 = (KT / B) * 64 * SB / 16;  // scale chunks of a full unit
+    const unsigned char* code;   // next unit's codes
+    const unsigned char* scale;  // next unit's scales
+    const __half* xrow[XJ];      // this thread's activation chunk at k = 0 (null: token >= M)
+    int xk[XJ];                  // its k offset within a unit
+    u32 xdst[XJ];                // its swizzled shared offset within the activation tile
+    int k0;                      // next unit's first k
+    int K, K_pad;
+
+    __device__ __forceinline__ void init(const unsigned char* codes, const unsigned char* scales,
+                                         const __half* x, int u, int KU, int K_, int K_pad_, int M, int tok0) {
+        K = K_;
+        K_pad = K_pad_;
+        const size_t e = (size_t)(u / KU) * K_pad + (size_t)(u % KU) * KT;  // element offset of unit u
+        code = codes + e * 32;
+        scale = scales + e / B * 64 * SB;
+        k0 = (u % KU) * KT;
 #pragma unroll
-        for (int j = 0; j < KT * 2 / C::THREADS; ++j) {
-            const int i = tid + j * C::THREADS;
-            if (i < klen * 2) cp_async16(dst + i * 16, src + (size_t)i * 16, 16);
+        for (int j = 0; j < XJ; ++j) {
+            const int i = threadIdx.x + j * C::THREADS;
+            const int r = i / CPR, ch = i % CPR;
+            xk[j] = ch * 8;
+            xdst[j] = (u32)(r * (KT * 2) + ((ch ^ (r & 7)) << 4));
+            xrow[j] = ((XCH % C::THREADS == 0 || i < XCH) && tok0 + r < M) ? x + (size_t)(tok0 + r) * K + ch * 8 : nullptr;
         }
     }
-    {  // scales: (klen / B) block columns x 64 rows x SB bytes, contiguous
-        constexpr int B = Fmt<F>::BLOCK, SB = Fmt<F>::SCALE_BYTES;
-        constexpr int N16 = (KT / B) * 64 * SB / 16;
-        const unsigned char* src = scales + ((size_t)rt * (K_pad / B) + k0 / B) * 64 * SB;
-        const u32 dst = smem_u32(stage + C::CODE_BYTES);
-        const int n16 = (klen / B) * 64 * SB / 16;
+    // Issue the next unit into the stage at shared address `dst`; advance.
+    __device__ __forceinline__ void load(u32 dst, const __half* x) {
+        const int tid = threadIdx.x;
+        const u32 xd = dst + C::STAGE_BYTES - C::X_BYTES;
+        if (k0 + KT <= K) {  // full unit inside K: no guards but the token's
 #pragma unroll
-        for (int j = 0; j < (N16 + C::THREADS - 1) / C::THREADS; ++j) {
-            const int i = tid + j * C::THREADS;
-            if (i < n16) cp_async16(dst + i * 16, src + (size_t)i * 16, 16);
-        }
-    }
-    {  // activations: MT tokens x KT halves, 16-byte chunks XOR-swizzled by token & 7
-        constexpr int CPR = KT / 8;  // power of two
-        constexpr int TOTAL = MT * CPR;
-        const u32 dst = smem_u32(stage + C::STAGE_BYTES - C::X_BYTES);
+            for (int j = 0; j < KT * 2 / C::THREADS; ++j)
+                cp_async16(dst + (tid + j * C::THREADS) * 16, code + (tid + j * C::THREADS) * 16, 16);
 #pragma unroll
-        for (int j = 0; j < (TOTAL + C::THREADS - 1) / C::THREADS; ++j) {
-            const int i = tid + j * C::THREADS;
-            if (TOTAL % C::THREADS == 0 || i < TOTAL) {
-                const int r = i / CPR, ch = i % CPR;
-                const int tok = tok0 + r, k = k0 + ch * 8;
-                const bool ok = (tok < M) && (k < K) && (ch * 8 < klen);
-                cp_async16(dst + r * (KT * 2) + ((ch ^ (r & 7)) << 4), ok ? x + (size_t)tok * K + k : x, ok ? 16 : 0);
+            for (int j = 0; j < (N16 + C::THREADS - 1) / C::THREADS; ++j) {
+                const int i = tid + j * C::THREADS;
+                if (N16 % C::THREADS == 0 || i < N16) cp_async16(dst + C::CODE_BYTES + i * 16, scale + i * 16, 16);
             }
+#pragma unroll
+            for (int j = 0; j < XJ; ++j)
+                if (XCH % C::THREADS == 0 || tid + j * C::THREADS < XCH)
+                    cp_async16(xd + xdst[j], xrow[j] ? xrow[j] + k0 : x, xrow[j] ? 16 : 0);
+            code += KT * 32;
+            scale += KT / B * 64 * SB;
+            k0 += KT;
+        } else {
+            const int klen = min(KT, K_pad - k0);
+#pragma unroll
+            for (int j = 0; j < KT * 2 / C::THREADS; ++j) {  // codes: klen * 32 bytes
+                const int i = tid + j * C::THREADS;
+                if (i < klen * 2) cp_async16(dst + i * 16, code + i * 16, 16);
+            }
+#pragma unroll
+            for (int j = 0; j < (N16 + C::THREADS - 1) / C::THREADS; ++j) {  // scales
+                const int i = tid + j * C::THREADS;
+                if ((N16 % C::THREADS == 0 || i < N16) && i < (klen / B) * 64 * SB / 16)
+                    cp_async16(dst + C::CODE_BYTES + i * 16, scale + i * 16, 16);
+            }
+#pragma unroll
+            for (int j = 0; j < XJ; ++j) {  // activations (zero-filled outside M x K x klen)
+                if (XCH % C::THREADS == 0 || tid + j * C::THREADS < XCH) {
+                    const bool ok = xrow[j] != nullptr && k0 + xk[j] < K && xk[j] < klen;
+                    cp_async16(xd + xdst[j], ok ? xrow[j] + k0 : x, ok ? 16 : 0);
+                }
+            }
+            code += klen * 32;
+            scale += klen / B * 64 * SB;
+            k0 += klen;
+        }
+        if (k0 == K_pad) k0 = 0;
+    }
+};
+
+__device__ __forceinline__ __half2 u2h(u32 v) { return *reinterpret_cast<__half2*>(&v); }
+__device__ __forceinline__ u32 h2u(__half2 v) { return *reinterpret_cast<u32*>(&v); }
+
+__device__ __forceinline__ u32 rotl(u32 w, int r) { return r ? __funnelshift_l(w, w, r) : w; }
+
+// Bit-placement decode of one frag word: f16x2 A register with values v * 2^-14. (Plain
+// shifts instead of rotations where no needed bit wraps let ptxas use IMAD.SHL, off the
+// half-rate ALU pipe, but cost one more LOP3 per word: 196 vs 181 instructions per two
+// groups, measured in the SASS; the rotations are kept.)
+template <int M_, int S_>
+__device__ __forceinline__ u32 bp_reg(u32 w) {
+    if constexpr (M_ == S_) return rotl(w, M_) & (BP_MAG_MASK | BP_SIGN_MASK);
+    else return (rotl(w, M_) & BP_MAG_MASK) | (rotl(w, S_) & BP_SIGN_MASK);
+}
+
+// Per-thread shared-memory offsets of the loop, computed once. They pass through an empty
+// asm so that ptxas keeps them in registers instead of recomputing them every unit (seen
+// in the SASS: ~36 instructions per unit, 0.56 per weight).
+struct TcOffsets {
+    u32 w;        // this lane's 16-byte code word in group 0: (mtile * 32 + lane) * 16
+    u32 s;        // this lane's scale bytes in group (pair) 0
+    u32 xoff[4];  // ldmatrix offsets of the four k-steps of a group
+};
+
+// One group of four k-steps (64 k) of one warp's 16-row m-tile: decode + mma.
+// `st` points at the stage, `sc` at its scales, `xb` = shared address of the activation
+// tile plus the group's k offset (g4 * 128 bytes).
+template <int F, int MT, int KT>
+__device__ __forceinline__ void tc_group(float (&acc)[MT / 8][4], const unsigned char* st, const unsigned char* sc,
+                                         u32 xb, const TcOffsets& o, int g4, const Lut& L) {
+    constexpr int NT8 = MT / 8;
+    const u32 (&xoff)[4] = o.xoff;
+    const uint4 wv = *reinterpret_cast<const uint4*>(st + g4 * (4 * 32 * 16) + o.w);
+    const u32 wk[4] = {wv.x, wv.y, wv.z, wv.w};
+    float tmp[NT8][4];
+    if constexpr (F == 2) {
+#pragma unroll
+        for (int n = 0; n < NT8; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) tmp[n][i] = 0.f;
+    }
+    u32 p0g = L.p0, p0h = L.p0;
+    uint2 sv8 = make_uint2(0u, 0u);
+    u32 sw = 0u;
+    if constexpr (F != 2) {  // the 8 scale codes (4 k-steps x rows g, g+8) of this group
+        sv8 = *reinterpret_cast<const uint2*>(sc + g4 * (4 * 8 * 8) + o.s);
+    } else {  // one FP16 scale per 128 k: both halves of the 128-block share it
+        sw = *reinterpret_cast<const u32*>(sc + (g4 >> 1) * (4 * 8 * 4) + o.s);
+        p0g = special_p0(L, (sw & 0xFFFFu) >> Fmt<F>::META_SHIFT);
+        p0h = special_p0(L, (sw >> 16) >> Fmt<F>::META_SHIFT);
+    }
+    const __half2 off2 = __float2half2_rn(-F16_OFFSET);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        u32 a0, a1, a2, a3;
+        const u32 sb = (ks & 1) ? ((ks < 2 ? sv8.x : sv8.y) >> 16) : (ks < 2 ? sv8.x : sv8.y);  // (row g, row g+8)
+        if constexpr (Fmt<F>::BP) {
+            // E4M3 pair -> f16x2 (s_g, s_g8) in hardware, times 2^7 (exact), broadcast per row
+            u32 hs;
+            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hs) : "h"((unsigned short)sb));
+            const __half2 s2 = __hmul2_rn(u2h(hs), u2h(BP_SCALE_F16X2));
+            const __half2 sg = __low2half2(s2), sh = __high2half2(s2);
+            a0 = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M0, BP_ROT_S0>(wk[ks])), sg));  // row g,   k 2t..2t+1
+            a1 = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M1, BP_ROT_S1>(wk[ks])), sh));  // row g+8, k 2t..2t+1
+            a2 = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M2, BP_ROT_S2>(wk[ks])), sg));  // row g,   k 2t+8..2t+9
+            a3 = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M3, BP_ROT_S3>(wk[ks])), sh));  // row g+8, k 2t+8..2t+9
+        } else {
+            __half2 sg = __float2half2_rn(1.f), sh = sg, cg = off2, ch = off2;
+            if constexpr (F != 2) {
+                if constexpr (Fmt<F>::SPECIAL) {
+                    p0g = special_p0(L, (sb & 0xFFu) >> Fmt<F>::META_SHIFT);
+                    p0h = special_p0(L, ((sb >> 8) & 0xFFu) >> Fmt<F>::META_SHIFT);
+                }
+                const __half2 s2 = u2h(scale_pair_f16<F>(sb & 0xFFFFu));  // (s_g, s_g8) * 2^-prescale, exact
+                const __half2 c2 = __hmul2_rn(s2, off2);
+                sg = __low2half2(s2);
+                sh = __high2half2(s2);
+                cg = __low2half2(c2);
+                ch = __high2half2(c2);
+            }
+            u32 blo, bhi;
+            lut8(wk[ks], p0g, p0h, L, blo, bhi);
+            a0 = h2u(__hfma2(u2h(f16pair<0>(blo)), sg, cg));  // row g,   k 2t..2t+1
+            a2 = h2u(__hfma2(u2h(f16pair<2>(blo)), sg, cg));  // row g,   k 2t+8..2t+9
+            a1 = h2u(__hfma2(u2h(f16pair<0>(bhi)), sh, ch));  // row g+8, k 2t..2t+1
+            a3 = h2u(__hfma2(u2h(f16pair<2>(bhi)), sh, ch));  // row g+8, k 2t+8..2t+9
+        }
+        if constexpr (NT8 == 1) {
+            u32 b0, b1;
+            ldsm_x2(xb + xoff[ks], b0, b1);
+            if constexpr (F == 2) mma16816(tmp[0], a0, a1, a2, a3, b0, b1);
+            else mma16816(acc[0], a0, a1, a2, a3, b0, b1);
+        } else {
+#pragma unroll
+            for (int np = 0; np < NT8 / 2; ++np) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4(xb + xoff[ks] + np * 16 * (KT * 2), b0, b1, b2, b3);
+                if constexpr (F == 2) {
+                    mma16816(tmp[2 * np], a0, a1, a2, a3, b0, b1);
+                    mma16816(tmp[2 * np + 1], a0, a1, a2, a3, b2, b3);
+                } else {
+                    mma16816(acc[2 * np], a0, a1, a2, a3, b0, b1);
+                    mma16816(acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
+                }
+            }
+        }
+    }
+    if constexpr (F == 2) {
+        const float sg = scale_f32<F>(sw & 0xFFFFu), sh = scale_f32<F>(sw >> 16);  // exact
+#pragma unroll
+        for (int n = 0; n < NT8; ++n) {
+            acc[n][0] = fmaf(tmp[n][0], sg, acc[n][0]);
+            acc[n][1] = fmaf(tmp[n][1], sg, acc[n][1]);
+            acc[n][2] = fmaf(tmp[n][2], sh, acc[n][2]);
+            acc[n][3] = fmaf(tmp[n][3], sh, acc[n][3]);
         }
     }
 }
@@ -115,7 +273,7 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
     const Lut L{l0, l1, l2, l3, lsp};
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mtile = warp & 3, kq = warp >> 2;
-    const int g = lane >> 2, t = lane & 3;
+    const int t = lane & 3;
     const int ttile = blockIdx.y, tok0 = ttile * MT;
     const int KU = (K_pad + KT - 1) / KT;
     const int U = RT * KU;
@@ -123,10 +281,20 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
     const int ubeg = stripe_begin(c, U, n_ctas), uend = stripe_begin(c + 1, U, n_ctas);
     const int my_first_tile = ubeg / KU;
 
-    // f16x2 constants: the LUT offset, and 2^(15-bias-prescale) for scale decoding
-    const u32 off2 = f2h2u(-F16_OFFSET, -F16_OFFSET);
-    const u32 smul2 = f2h2u(Fmt<F>::F16_MUL, Fmt<F>::F16_MUL);
-    const u32 one2 = f2h2u(1.f, 1.f);
+    TcOffsets ofs;
+    {
+        const int g = lane >> 2, q = lane >> 3;
+        ofs.w = (u32)((mtile * 32 + lane) * 16);
+        ofs.s = (u32)((mtile * 8 + g) * (F == 2 ? 4 : 8));
+        // ldmatrix rows: token j; 16-byte chunks XOR-swizzled by token & 7, and a group
+        // starts at a multiple of 8 chunks, so the swizzle only touches the low 3 bits
+        const int j = (NT8 == 1) ? (lane & 7) : ((q >> 1) * 8 + (lane & 7));
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) ofs.xoff[ks] = (u32)(j * (KT * 2) + (((2 * ks + (q & 1)) ^ (j & 7)) << 4));
+        if constexpr (NT8 <= 2)  // larger token tiles need the registers (a spill at MT = 32)
+            asm volatile("" : "+r"(ofs.w), "+r"(ofs.s), "+r"(ofs.xoff[0]), "+r"(ofs.xoff[1]), "+r"(ofs.xoff[2]),
+                         "+r"(ofs.xoff[3]));
+    }
 
     float acc[NT8][4];
 #pragma unroll
@@ -134,118 +302,44 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
 
-    // prologue; (prt, pkc) walks the units being prefetched
-    int prt = ubeg / KU, pkc = ubeg % KU;
+    // prologue
+    TcLoader<F, MT, KT, STAGES> ld;
+    ld.init(reinterpret_cast<const unsigned char*>(codes), scales, x, ubeg, KU, K, K_pad, M, tok0);
+    const u32 sbase = smem_u32(smem);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (ubeg + s < uend)
-            tc_load_unit<F, MT, KT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * KT, min(KT, K_pad - pkc * KT),
-                                            K_pad, K, M, tok0, codes, scales, x);
+        if (ubeg + s < uend) ld.load(sbase + s * C::STAGE_BYTES, x);
         cp_async_commit();
-        if (++pkc == KU) { pkc = 0; ++prt; }
     }
 
     int stage = 0;
+    u32 wstage = sbase + (STAGES - 1) * C::STAGE_BYTES;  // stage the next prefetch fills
     int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
     for (int u = ubeg; u < uend; ++u) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        {
-            if (u + STAGES - 1 < uend)
-                tc_load_unit<F, MT, KT, STAGES>(smem + ((stage + STAGES - 1) % STAGES) * C::STAGE_BYTES, prt,
-                                                pkc * KT, min(KT, K_pad - pkc * KT), K_pad, K, M, tok0, codes,
-                                                scales, x);
-            cp_async_commit();
-            if (++pkc == KU) { pkc = 0; ++prt; }
-        }
+        if (u + STAGES - 1 < uend) ld.load(wstage, x);
+        cp_async_commit();
+        wstage = (wstage == sbase + (STAGES - 1) * C::STAGE_BYTES) ? sbase : wstage + C::STAGE_BYTES;
         const unsigned char* st = smem + stage * C::STAGE_BYTES;
         const unsigned char* sc = st + C::CODE_BYTES;
         const u32 xs = smem_u32(st + C::STAGE_BYTES - C::X_BYTES);
         const int klen = min(KT, K_pad - ckc * KT);
-        const int groups = klen / 64;
-
-        for (int g4 = kq; g4 < groups; g4 += 2) {
-            const uint4 wv = *reinterpret_cast<const uint4*>(st + ((g4 * 4 + mtile) * 32 + lane) * 16);
-            const u32 wk[4] = {wv.x, wv.y, wv.z, wv.w};
-            float tmp[NT8][4];
-            if constexpr (F == 2) {
+        if (klen == KT) {  // full unit: compile-time trip count
 #pragma unroll
-                for (int n = 0; n < NT8; ++n)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) tmp[n][i] = 0.f;
+            for (int gi = 0; gi < KT / 128; ++gi) {
+                const int g4 = kq + 2 * gi;
+                tc_group<F, MT, KT>(acc, st, sc, xs + g4 * 128, ofs, g4, L);
             }
-            u32 p0g = L.p0, p0h = L.p0;
-            uint2 sv8 = make_uint2(0u, 0u);
-            if constexpr (F != 2) {  // the 8 scale codes (4 k-steps x rows g, g+8) of this group
-                sv8 = *reinterpret_cast<const uint2*>(sc + ((g4 * 4 + mtile) * 8 + g) * 8);
-            } else {  // one FP16 scale per 128 k: both halves of the 128-block share it
-                const u32 sw = *reinterpret_cast<const u32*>(sc + (((g4 >> 1) * 4 + mtile) * 8 + g) * 4);
-                p0g = special_p0(L, (sw & 0xFFFFu) >> Fmt<F>::META_SHIFT);
-                p0h = special_p0(L, (sw >> 16) >> Fmt<F>::META_SHIFT);
-            }
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                const int kk = g4 * 4 + ks;  // k-step within the unit
-                u32 s2g = one2, s2h = one2, c2g = off2, c2h = off2;
-                if constexpr (F != 2) {
-                    const u32 sb = ((ks < 2 ? sv8.x : sv8.y) >> (16 * (ks & 1))) & 0xFFFFu;  // (row g, row g+8)
-                    if constexpr (Fmt<F>::SPECIAL) {
-                        p0g = special_p0(L, (sb & 0xFFu) >> Fmt<F>::META_SHIFT);
-                        p0h = special_p0(L, (sb >> 8) >> Fmt<F>::META_SHIFT);
-                    }
-                    const u32 s2 = scale_pair_f16<F>(sb);  // (s_g, s_g8) * 2^-prescale, exact
-                    const u32 c2 = hmul2u(s2, off2);
-                    s2g = prmt(s2, 0, 0x1010u);
-                    s2h = prmt(s2, 0, 0x3232u);
-                    c2g = prmt(c2, 0, 0x1010u);
-                    c2h = prmt(c2, 0, 0x3232u);
-                }
-                u32 blo, bhi;
-                lut8(wk[ks], p0g, p0h, L, blo, bhi);
-                const u32 a0 = hfma2u(f16pair<0>(blo), s2g, c2g);  // row g,   k 2t..2t+1
-                const u32 a2 = hfma2u(f16pair<2>(blo), s2g, c2g);  // row g,   k 2t+8..2t+9
-                const u32 a1 = hfma2u(f16pair<0>(bhi), s2h, c2h);  // row g+8, k 2t..2t+1
-                const u32 a3 = hfma2u(f16pair<2>(bhi), s2h, c2h);  // row g+8, k 2t+8..2t+9
-                if constexpr (NT8 == 1) {
-                    const int j = lane & 7, ch = kk * 2 + ((lane >> 3) & 1);
-                    u32 b0, b1;
-                    ldsm_x2(xs + j * (KT * 2) + ((ch ^ (j & 7)) << 4), b0, b1);
-                    if constexpr (F == 2) mma16816(tmp[0], a0, a1, a2, a3, b0, b1);
-                    else mma16816(acc[0], a0, a1, a2, a3, b0, b1);
-                } else {
-#pragma unroll
-                    for (int np = 0; np < NT8 / 2; ++np) {
-                        const int q = lane >> 3;
-                        const int j = np * 16 + (q >> 1) * 8 + (lane & 7), ch = kk * 2 + (q & 1);
-                        u32 b0, b1, b2, b3;
-                        ldsm_x4(xs + j * (KT * 2) + ((ch ^ (j & 7)) << 4), b0, b1, b2, b3);
-                        if constexpr (F == 2) {
-                            mma16816(tmp[2 * np], a0, a1, a2, a3, b0, b1);
-                            mma16816(tmp[2 * np + 1], a0, a1, a2, a3, b2, b3);
-                        } else {
-                            mma16816(acc[2 * np], a0, a1, a2, a3, b0, b1);
-                            mma16816(acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
-                        }
-                    }
-                }
-            }
-            if constexpr (F == 2) {
-                const u32 sw = *reinterpret_cast<const u32*>(sc + (((g4 >> 1) * 4 + mtile) * 8 + g) * 4);
-                const float sg = scale_f32<F>(sw & 0xFFFFu), sh = scale_f32<F>(sw >> 16);  // exact
-#pragma unroll
-                for (int n = 0; n < NT8; ++n) {
-                    acc[n][0] = fmaf(tmp[n][0], sg, acc[n][0]);
-                    acc[n][1] = fmaf(tmp[n][1], sg, acc[n][1]);
-                    acc[n][2] = fmaf(tmp[n][2], sh, acc[n][2]);
-                    acc[n][3] = fmaf(tmp[n][3], sh, acc[n][3]);
-                }
-            }
+        } else {
+            const int groups = klen / 64;
+            for (int g4 = kq; g4 < groups; g4 += 2) tc_group<F, MT, KT>(acc, st, sc, xs + g4 * 128, ofs, g4, L);
         }
 
         // end of a row tile in this stripe: combine the two k-halves, finish the tile
         if (u + 1 == uend || ckc + 1 == KU) {
             const int rt = crt;
-            const int r0 = mtile * 16 + g;
+            const int r0 = mtile * 16 + (lane >> 2);
             if (kq == 1) {
 #pragma unroll
                 for (int n = 0; n < NT8; ++n) {
@@ -276,7 +370,7 @@ w4a16_tc(const u32* __restrict__ codes, const unsigned char* __restrict__ scales
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
         }
-        stage = (stage + 1) % STAGES;
+        stage = (stage == STAGES - 1) ? 0 : stage + 1;
         if (++ckc == KU) { ckc = 0; ++crt; }
     }
     cp_async_wait<0>();

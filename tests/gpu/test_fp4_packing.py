@@ -108,3 +108,39 @@ def test_activation_pack_roundtrip(rng):
     np.testing.assert_array_equal(u.scales, q.scales)
     with pytest.raises(ValueError, match="nvfp4"):
         pack_activation(RaZeR().quantize(x.astype(np.float32)))
+
+
+def test_bit_placement_layout():
+    """nvfp4's tensor-core decode: the frag word is a bit permutation of the eight codes;
+    every code in every slot decodes (rotations + masks, the kernel's op sequence) to
+    v * 2^-14 exactly, the other half of its register stays 0; the layout costs 11 integer
+    instructions per word (the minimum of the exhaustive search in docs/gpu.md)."""
+    from mactile.golden import FP4_E2M1
+    from mactile.gpu.formats import (BP_FRAG_SLOTS, BP_LOG2, BP_ROTATIONS, bp_bit_positions,
+                                     bp_decode_word)
+    pos = bp_bit_positions()
+    assert sorted(pos.ravel().tolist()) == list(range(32))
+    for n, (reg, half) in enumerate(BP_FRAG_SLOTS):
+        codes = np.arange(16, dtype=np.uint32)
+        w = np.zeros(16, np.uint32)
+        for i in range(4):
+            w |= ((codes >> i) & 1) << np.uint32(pos[n, i])
+        regs = bp_decode_word(w)[:, reg]
+        h = ((regs >> np.uint32(16 * half)) & 0xFFFF).astype(np.uint16).view(np.float16)
+        assert np.array_equal(h.astype(np.float64), FP4_E2M1.values * 2.0 ** BP_LOG2)
+        assert not ((regs >> np.uint32(16 * (1 - half))) & 0xFFFF).any()
+    rots = {r for m, s in BP_ROTATIONS for r in (m, s) if r}
+    cost = len(rots) + sum(1 if m == s else 2 for m, s in BP_ROTATIONS)
+    assert cost == 11
+
+
+def test_bit_placement_mismatch_is_visible(rng):
+    """The emulated decode of a word with two swapped bit positions differs from golden."""
+    from mactile.gpu.formats import bp_decode_word
+    q = NVFP4().quantize(rng.standard_normal((64, 64)).astype(np.float32))
+    p = pack_w4a16(q, layouts=("frag",))
+    ref = q.dequantize().astype(np.float64) / np.float64(q.tensor_scale)
+    np.testing.assert_array_equal(emulate_frag_values(p), ref)
+    p.layouts["frag"]["codes"] = p.layouts["frag"]["codes"] ^ np.uint32(1 << 9)  # flip a mantissa bit
+    assert not np.array_equal(emulate_frag_values(p), ref)
+    assert bp_decode_word(np.uint32(0)).shape == (4,)

@@ -9,12 +9,14 @@ from mactile.golden import StepAwareTemperature
 pytestmark = GPU
 
 
-def _run(rng, B, V, steps, dtype, *, window=8, tau0=0.8, seed=17):
+def _run(rng, B, V, steps, dtype, *, window=8, tau0=0.8, seed=17, cluster=8):
     cp = cupy()
     from mactile.gpu import StepAwareTemperatureGPU
-    from mactile.gpu.temperature import KERNEL_LAYOUT
-    gold = StepAwareTemperature(tau0=tau0, t_low=0.1, t_high=1.0, window=window, seed=seed, layout=KERNEL_LAYOUT)
-    dev = StepAwareTemperatureGPU(B, tau0=tau0, t_low=0.1, t_high=1.0, window=window, seed=seed)
+    from mactile.gpu.temperature import layout_for
+    gold = StepAwareTemperature(tau0=tau0, t_low=0.1, t_high=1.0, window=window, seed=seed,
+                                layout=layout_for(cluster))
+    dev = StepAwareTemperatureGPU(B, tau0=tau0, t_low=0.1, t_high=1.0, window=window, seed=seed, cluster=cluster)
+    assert dev.layout == layout_for(cluster)
     # ~20% of the vocabulary ends a step, so boundaries happen often
     mask = rng.random(V) < 0.2
     mask_d = cp.asarray(mask.astype(np.uint8))
@@ -36,13 +38,20 @@ def _run(rng, B, V, steps, dtype, *, window=8, tau0=0.8, seed=17):
     return seen_low, seen_high, seen_step_rel
 
 
-def test_matches_golden_over_steps(rng):
-    lo, hi, rel = _run(rng, B=3, V=5003, steps=24, dtype=np.float32)
+@pytest.mark.parametrize("cluster", [16, 8])
+def test_matches_golden_over_steps(rng, cluster):
+    lo, hi, rel = _run(rng, B=3, V=5003, steps=24, dtype=np.float32, cluster=cluster)
     assert lo and hi and rel  # both temperatures and the step-relative threshold occurred
 
 
-def test_matches_golden_fp16_qwen_vocab(rng):
-    _run(rng, B=2, V=151936, steps=3, dtype=np.float16, window=32)
+@pytest.mark.parametrize("cluster", [16, 8])
+def test_matches_golden_fp16_qwen_vocab(rng, cluster):
+    _run(rng, B=2, V=151936, steps=3, dtype=np.float16, window=32, cluster=cluster)
+
+
+def test_window_longer_than_a_step(rng):
+    """Steps longer than the window (the running-mean branch) and a window of 1."""
+    _run(rng, B=2, V=3001, steps=12, dtype=np.float32, window=1)
 
 
 def test_errors():
@@ -55,3 +64,8 @@ def test_errors():
         s.step(cp.zeros((2, 10), cp.float32), cp.zeros(9, cp.uint8))
     with pytest.raises(ValueError, match="exceeds"):
         s.step(cp.zeros((2, 8 * 1024 * 32 + 1), cp.float32), cp.zeros(8 * 1024 * 32 + 1, cp.uint8))
+    s16 = StepAwareTemperatureGPU(2, cluster=16)
+    with pytest.raises(ValueError, match="exceeds"):
+        s16.step(cp.zeros((2, 16 * 1024 * 32 + 1), cp.float32), cp.zeros(16 * 1024 * 32 + 1, cp.uint8))
+    with pytest.raises(ValueError, match="cluster"):
+        StepAwareTemperatureGPU(2, cluster=4)

@@ -79,23 +79,47 @@ def test_exact_arithmetic_every_partition(fmt, kind, M, rng):
 
 
 def test_broken_lookup_table_is_caught(rng):
-    """A deliberately wrong decode (LUT byte of code 3 changed) breaks the stated bound."""
+    """A deliberately wrong lookup decode (LUT byte of code 3 changed) breaks the stated
+    bound: nvfp4 on the CUDA cores, razer on the tensor cores (nvfp4's tensor-core decode
+    has no table: see the next test)."""
     import dataclasses
     cp = cupy()
-    fmt = NVFP4()
     N, K, M = 64, 1024, 2
-    q = _weight(fmt, N, K, rng)
-    pw = pack_w4a16(q).to(cp)
-    bad = list(pw.fmt.lut)
-    bad[0] = (bad[0] & 0x00FFFFFF) | (((bad[0] >> 24) + 2) << 24)  # code 3: 1.5 -> 2.0
-    pw.fmt = dataclasses.replace(pw.fmt, lut=tuple(bad))
-    x = rng.standard_normal((M, K)).astype(np.float16)
-    y_ref, abs_sum = reference(x, q.dequantize())
     from mactile.gpu import gemm_tc, gemv_cc
-    for fn in (gemm_tc, gemv_cc):
+    for fmt, fn in ((NVFP4(), gemv_cc), (RaZeR(), gemm_tc)):
+        q = _weight(fmt, N, K, rng)
+        pw = pack_w4a16(q).to(cp)
+        bad = list(pw.fmt.lut)
+        bad[0] = (bad[0] & 0x00FFFFFF) | (((bad[0] >> 24) + 2) << 24)  # code 3: 1.5 -> 2.0
+        pw.fmt = dataclasses.replace(pw.fmt, lut=tuple(bad))
+        x = rng.standard_normal((M, K)).astype(np.float16)
+        y_ref, abs_sum = reference(x, q.dequantize())
         y = fn(cp.asarray(x), pw, out_dtype=np.float32, sync=True)
         with pytest.raises(AssertionError, match="exceeds"):
             check_close(y.get(), y_ref, abs_sum, K)
+
+
+def test_broken_bit_placement_is_caught(rng, monkeypatch):
+    """nvfp4's tensor-core bit-placement decode with a deliberately wrong word layout (the
+    mantissa and exponent-LSB bits of one slot swapped) breaks the stated bound."""
+    from mactile.gpu import formats, gemm_tc, packing
+    cp = cupy()
+    N, K, M = 64, 1024, 2
+    q = _weight(NVFP4(), N, K, rng)
+    good = formats.bp_bit_positions()
+
+    def broken():
+        pos = good.copy()
+        pos[0, [0, 1]] = pos[0, [1, 0]]
+        return pos
+
+    monkeypatch.setattr(packing, "bp_bit_positions", broken)
+    pw = pack_w4a16(q).to(cp)
+    x = rng.standard_normal((M, K)).astype(np.float16)
+    y_ref, abs_sum = reference(x, q.dequantize())
+    y = gemm_tc(cp.asarray(x), pw, out_dtype=np.float32, sync=True)
+    with pytest.raises(AssertionError, match="exceeds"):
+        check_close(y.get(), y_ref, abs_sum, K)
 
 
 def test_deterministic(rng):
