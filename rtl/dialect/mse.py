@@ -11,14 +11,12 @@ import math
 
 from amaranth.hdl import Cat, Const, Module, Mux, Value
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 from mactile.golden.dialect import FORMATBOOK, N_DIALECTS
 from mactile.golden.dialect_mse import MseFixedPoint
 
-from .common import (BACKEND_WAIVERS, CODE_BITS, FP16_BITS, ID_BITS, SE_BITS, NamedSignals,
-                     Pipeline,
-                     RangeCheckQuantizer, RangeLogic, align, check_block_size, max_tree,
+from .common import (NamedSignals, Pipeline, RangeCheckQuantizer, RangeLogic,
+                     block_quantizer_ports, truncation_waivers, align, check_block_size, max_tree,
                      named, parse_registers, split_fp16, sum_tree, wire)
 from .logic import quantize_ranges
 
@@ -79,14 +77,7 @@ class DialectMseSelector(NamedSignals, wiring.Component):
         except (TypeError, ValueError) as e:
             raise type(e)(f"{owner}: {e}") from None
         self.registers = parse_registers(owner, registers, MSE_BOUNDARIES)
-        super().__init__({
-            "valid": In(1),
-            "x": In(FP16_BITS).array(block_size),
-            "out_valid": Out(1),
-            "se": Out(SE_BITS),
-            "dialect": Out(ID_BITS),
-            "codes": Out(CODE_BITS).array(block_size),
-        })
+        super().__init__(block_quantizer_ports(block_size))
 
     @property
     def latency(self) -> int:
@@ -101,12 +92,10 @@ class DialectMseSelector(NamedSignals, wiring.Component):
     @property
     def lint_waivers(self):
         """Documented lint waivers of this design (read by ``mactile generate``)."""
-        low = 8 - self.spec.frac_bits
-        if low <= 0:
-            return BACKEND_WAIVERS
-        return BACKEND_WAIVERS + (("UNUSEDSIGNAL", f"*Bits of signal are not used: 'x__*'[{low - 1}:0]*",
-                 f"the MSE selector truncates each scaled magnitude to 3.{self.spec.frac_bits} fixed "
-                 "point: FP16 mantissa bits below that never matter"),)
+        return truncation_waivers(
+            8 - self.spec.frac_bits,
+            f"the MSE selector truncates each scaled magnitude to 3.{self.spec.frac_bits} fixed "
+            "point: FP16 mantissa bits below that never matter")
 
     @property
     def module_name(self) -> str:

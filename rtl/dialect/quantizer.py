@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 from mactile.golden.dialect import CountTie
 
-from .common import (BACKEND_WAIVERS, CODE_BITS, FP16_BITS, ID_BITS, SE_BITS, NamedSignals,
-                     Pipeline,
-                     RangeCheckQuantizer, Stage2Logic, align, check_block_size, max_tree,
+from .common import (NamedSignals, Pipeline, RangeCheckQuantizer, Stage2Logic,
+                     block_quantizer_ports, truncation_waivers, align, check_block_size, max_tree,
                      named, parse_registers, popcount, split_fp16, stage1_pair)
 
 __all__ = ["DialectQuantizer", "QUANTIZER_BOUNDARIES"]
@@ -63,14 +61,7 @@ class DialectQuantizer(NamedSignals, wiring.Component):
             raise ValueError(f"{owner}: count_tie must be one of "
                              f"{[c.value for c in CountTie]}, got {count_tie!r}") from None
         self.registers = parse_registers(owner, registers, QUANTIZER_BOUNDARIES)
-        super().__init__({
-            "valid": In(1),
-            "x": In(FP16_BITS).array(block_size),
-            "out_valid": Out(1),
-            "se": Out(SE_BITS),
-            "dialect": Out(ID_BITS),
-            "codes": Out(CODE_BITS).array(block_size),
-        })
+        super().__init__(block_quantizer_ports(block_size))
 
     @property
     def latency(self) -> int:
@@ -85,12 +76,9 @@ class DialectQuantizer(NamedSignals, wiring.Component):
     @property
     def lint_waivers(self):
         """Documented lint waivers of this design (read by ``mactile generate``)."""
-        low = 6
-        if low <= 0:
-            return BACKEND_WAIVERS
-        return BACKEND_WAIVERS + (("UNUSEDSIGNAL", f"*Bits of signal are not used: 'x__*'[{low - 1}:0]*",
-                 "the quantizer truncates each element to Mag_trunc (3.2 fixed point, Figure 5a): "
-                 "the FP16 mantissa bits below the top four never matter"),)
+        return truncation_waivers(
+            6, "the quantizer truncates each element to Mag_trunc (3.2 fixed point, Figure 5a): "
+               "the FP16 mantissa bits below the top four never matter")
 
     @property
     def module_name(self) -> str:
