@@ -94,18 +94,22 @@ def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
     """Default tile shape; K is split when the tiles would leave block slots of the SMs idle.
 
     FP16 mode (measured on the H100, docs/gpu.md): 8 < M <= 64 runs the register-fed wgmma
-    kernel (first pass: o 33 / down 91 / 8192^2 96 us at M = 64 against 42 / 102 / 113 us with
-    the shared-memory-A or streaming kernels); 128 < M <= 256 the 256-token shared-memory-A
-    tile with a 2-way K split where its tiles do not fill the SMs (first sweep, 8192^2 M = 256:
-    145 us against 177 us for (2, 128, 5))."""
+    kernel where K is split (too few tiles for the SMs; M = 64: qkv 45 / o 33 / down 92 /
+    8192^2 97 us against 47 / 42 / 103 / 115 us with the streaming or shared-memory-A kernels,
+    same run) and the shared-memory-A kernel where the tiles fill the SMs (gate_up: 134 us
+    against 141 us); 128 < M <= 256 the 256-token shared-memory-A tile with a 2-way K split
+    where its tiles do not fill the SMs (M = 256: 143-197 us against 191-317 us for
+    (2, 128, 5), same run)."""
     kp = -(-k // K_PAD) * K_PAD
     bk = 64 if mode == "fp16" else 128
     kt = kp // bk
     fixed_split = None
+    regs_if_split = False
     if m <= 64:
         bn = next(t for t in TOKEN_TILES if t >= m)
         if mode == "fp16":
             cfg = NfpConfig(wg=1, bn=bn, stages=6, a_src="regs" if m > 8 else "auto")
+            regs_if_split = m > 8
         else:
             cfg = NfpConfig(wg=1, bn=bn, stages=8)
     elif m <= 128 or (m <= 256 and mode == "fp8"):
@@ -127,7 +131,10 @@ def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
     if split > 1:
         ktps = -(-kt // split)
         split = -(-kt // ktps)
-    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split, cfg.a_src)
+    a_src = cfg.a_src
+    if regs_if_split and split == 1:  # enough tiles for every SM: the smem-A kernel (gate_up)
+        a_src = "auto"
+    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split, a_src)
 
 
 @dataclass(frozen=True)

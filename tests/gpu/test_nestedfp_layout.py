@@ -43,6 +43,8 @@ def test_config_choice():
         c = choose_config(m, 8192, 8192, "fp16")
         assert c.a_src == "regs" and not c.smem_a("fp16") and c.stages == 6
     assert choose_config(64, 8192, 8192, "fp8").a_src == "auto"
+    c = choose_config(64, 28672, 4096, "fp16")  # 448 tiles, no K split: shared-memory A
+    assert c.split == 1 and c.smem_a("fp16")
     # FP16, 128 < M <= 256: the 256-token smem-A tile, 2-way K split below one wave of tiles
     c = choose_config(256, 8192, 8192, "fp16")
     assert (c.wg, c.bn, c.stages, c.split) == (2, 256, 4, 2) and c.smem_a("fp16")
