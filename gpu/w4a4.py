@@ -15,7 +15,7 @@ from .runtime import ceil_div, check_launch, require_cupy
 from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
 
 __all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M",
-           "w4a4_smem"]
+           "w4a4_smem", "tile_aligned_ctas"]
 
 W4A4_MAX_M = 8
 
@@ -63,9 +63,27 @@ def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = 
     return out
 
 
+_SMEM_PER_SM = 228 * 1024
+
+
+def tile_aligned_ctas(RT: int, KU: int, slots: int) -> int:
+    """CTA count (<= ``slots``) whose stripes do not cut row tiles in the middle of a stripe:
+    with RT >= slots every CTA takes ceil(RT / slots) whole row tiles (whole when the count
+    divides RT; no cross-CTA reduction), else each tile is split into s = slots // RT equal
+    K ranges (C = RT * s), so that every CTA lies inside one tile and reduces once, after its
+    last unit."""
+    if RT >= slots:
+        per = -(-RT // slots)
+        return -(-RT // per)
+    return RT * max(1, min(KU, slots // RT))
+
+
 def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16,
-              n_ctas: int | None = None, sync: bool = False):
-    """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation)."""
+              n_ctas: int | None = None, stages: int | None = None, sync: bool = False):
+    """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation).
+
+    ``n_ctas``: CTAs (stripes; default RaZeR's limited-SM rule); ``stages``: cp.async
+    pipeline depth (default :func:`w4a4_stages`)."""
     if pw.fmt.name != "nvfp4":
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
@@ -79,9 +97,12 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     RT, KU, U = cc_units(pw)
     C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
     C = int(max(1, min(C, U)))
+    S = w4a4_stages(MT) if stages is None else int(stages)
+    if S < 2:
+        raise ValueError(f"stages must be >= 2, got {S}")
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
-    smem = w4a4_smem(MT)
-    k = kernel("w4a4_gemv", MT=MT, S=w4a4_stages(MT), smem=smem)
+    smem = w4a4_smem(MT, S)
+    k = kernel("w4a4_gemv", MT=MT, S=S, smem=smem)
     l0, l1, l2, l3, _ = pw.fmt.lut_args
     k((C,), (256,), (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, ws, cnt,
                      np.int32(M), np.int32(pw.N), np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(RT),

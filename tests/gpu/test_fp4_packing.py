@@ -144,3 +144,18 @@ def test_bit_placement_mismatch_is_visible(rng):
     p.layouts["frag"]["codes"] = p.layouts["frag"]["codes"] ^ np.uint32(1 << 9)  # flip a mantissa bit
     assert not np.array_equal(emulate_frag_values(p), ref)
     assert bp_decode_word(np.uint32(0)).shape == (4,)
+
+
+def test_tile_aligned_ctas():
+    """Stripes of C = tile_aligned_ctas(RT, KU, slots) CTAs end inside a row tile only at
+    their own end (at most one reduction per CTA), and C never exceeds the slots."""
+    from mactile.gpu.w4a4 import tile_aligned_ctas
+    for RT, KU, slots in [(128, 16, 132), (128, 16, 264), (64, 28, 264), (448, 8, 264), (96, 8, 396),
+                          (160, 10, 132), (80, 50, 264), (3, 3, 6), (4, 3, 12), (1, 1, 132)]:
+        C = tile_aligned_ctas(RT, KU, slots)
+        U = RT * KU
+        assert 1 <= C <= max(slots, 1) and C <= U
+        for c in range(C):
+            b, e = c * U // C, (c + 1) * U // C
+            # the stripe's tiles: whole tiles, or one part of a single tile
+            assert (b % KU == 0 and e % KU == 0) or (b // KU == (e - 1) // KU)
