@@ -112,7 +112,7 @@ def _kernel(family: str, **targs):
 def default_instances() -> list[tuple[str, dict]]:
     """Every instantiation the Python wrappers and the benchmark use."""
     from .w4a16 import CC_STAGES, TC_CONFIGS, TC_STAGE_SWEEP
-    from .w4a4 import w4a4_stages
+    from .w4a4 import W4A4_M1_STAGES, w4a4_stages
     from .temperature import CLUSTERS, R_CHOICES
 
     out = []
@@ -129,6 +129,9 @@ def default_instances() -> list[tuple[str, dict]]:
                 out.append(("w4a16_tc", {"F": 0, "MT": MT, "KT": KT, "S": S}))
     for MT in (1, 2, 4, 8):
         out.append(("w4a4_gemv", {"MT": MT, "S": w4a4_stages(MT)}))
+    for S in W4A4_M1_STAGES:
+        if S != w4a4_stages(1):
+            out.append(("w4a4_gemv", {"MT": 1, "S": S}))
     out.append(("nvfp4_quantize_act", {}))
     for CL in CLUSTERS:
         for R in R_CHOICES:

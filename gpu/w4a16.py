@@ -192,8 +192,9 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
 
 
 def gemv_cc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int | None = None,
-            sync: bool = False):
-    """CUDA-core W4A16 GEMV / small GEMM for M <= 8 (FP32 FFMA accumulation)."""
+            stages: int | None = None, sync: bool = False):
+    """CUDA-core W4A16 GEMV / small GEMM for M <= 8 (FP32 FFMA accumulation); ``stages``:
+    cp.async pipeline depth (default ``CC_STAGES``)."""
     lay = _on_device(pw, "rowmajor")
     M = check_activation(x, pw.K, max_m=CC_MAX_M)
     MT = 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else 8
@@ -203,8 +204,9 @@ def gemv_cc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     C = n_ctas if n_ctas is not None else default_ctas(U, cc_ctas_per_sm(MT), min_units=6)
     C = int(max(1, min(C, U)))
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
-    smem = cc_smem(kf.block, kf.scale_dtype.itemsize, MT, CC_STAGES)
-    k = kernel("w4a16_cc", F=kf.fmt_id, MT=MT, S=CC_STAGES, smem=smem)
+    S = CC_STAGES if stages is None else int(stages)
+    smem = cc_smem(kf.block, kf.scale_dtype.itemsize, MT, S)
+    k = kernel("w4a16_cc", F=kf.fmt_id, MT=MT, S=S, smem=smem)
     k((C,), (256,), (lay["codes"], lay["scales"], x, y, ws, cnt, np.int32(M), np.int32(pw.N),
                      np.int32(pw.K), np.int32(lay["K_pad"]), np.int32(RT), np.int32(C),
                      np.float32(pw.tensor_scale), np.int32(f32), *_lut_args(pw)), shared_mem=smem)

@@ -11,11 +11,11 @@ import numpy as np
 
 from .build import kernel
 from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
-from .runtime import ceil_div, check_launch, require_cupy
+from .runtime import ceil_div, check_launch, require_cupy, sm_count
 from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
 
 __all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M",
-           "w4a4_smem"]
+           "w4a4_smem", "tile_aligned_ctas", "w4a4_m1_launch", "W4A4_M1_STAGES"]
 
 W4A4_MAX_M = 8
 
@@ -23,6 +23,21 @@ W4A4_MAX_M = 8
 def w4a4_stages(MT: int) -> int:
     """Pipeline stages: 3 for M = 1 (three CTAs per SM fit), else 4."""
     return 3 if MT == 1 else 4
+
+
+#: Pipeline depths of the M = 1 launch rule (:func:`w4a4_m1_launch`), for prebuilding.
+W4A4_M1_STAGES = (3, 5)
+
+
+def w4a4_m1_launch(RT: int, KU: int, sms: int) -> tuple[int, int]:
+    """(CTAs, stages) of the M = 1 GEMV (third pass, measured in docs/results/gemv_trial_h100.*):
+    tile-aligned stripes (:func:`tile_aligned_ctas`); with at least one row tile per SM three
+    3-stage CTAs per SM, each taking whole tiles (no cross-CTA reduction), else two 5-stage
+    CTAs per SM (4 units = 75 KB of weights in flight each) splitting every tile's K range
+    equally. Trial, 9 shapes: 0.83-1.01x the time of the previous default (geomean 0.92)."""
+    if RT >= sms:
+        return tile_aligned_ctas(RT, KU, 3 * sms), 3
+    return tile_aligned_ctas(RT, KU, 2 * sms), 5
 
 
 def w4a4_ctas_per_sm(MT: int) -> int:
@@ -63,9 +78,27 @@ def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = 
     return out
 
 
+_SMEM_PER_SM = 228 * 1024
+
+
+def tile_aligned_ctas(RT: int, KU: int, slots: int) -> int:
+    """CTA count (<= ``slots``) whose stripes do not cut row tiles in the middle of a stripe:
+    with RT >= slots every CTA takes ceil(RT / slots) whole row tiles (whole when the count
+    divides RT; no cross-CTA reduction), else each tile is split into s = slots // RT equal
+    K ranges (C = RT * s), so that every CTA lies inside one tile and reduces once, after its
+    last unit."""
+    if RT >= slots:
+        per = -(-RT // slots)
+        return -(-RT // per)
+    return RT * max(1, min(KU, slots // RT))
+
+
 def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16,
-              n_ctas: int | None = None, sync: bool = False):
-    """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation)."""
+              n_ctas: int | None = None, stages: int | None = None, sync: bool = False):
+    """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation).
+
+    ``n_ctas``: CTAs (stripes); ``stages``: cp.async pipeline depth. Defaults: for M = 1
+    :func:`w4a4_m1_launch`, else RaZeR's limited-SM rule and :func:`w4a4_stages`."""
     if pw.fmt.name != "nvfp4":
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
@@ -77,11 +110,17 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     MT = 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else 8
     y, f32 = _out(out, M, pw.N, out_dtype)
     RT, KU, U = cc_units(pw)
-    C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
+    if MT == 1 and n_ctas is None and stages is None:
+        C, S = w4a4_m1_launch(RT, KU, sm_count())
+    else:
+        C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
+        S = w4a4_stages(MT) if stages is None else int(stages)
     C = int(max(1, min(C, U)))
+    if S < 2:
+        raise ValueError(f"stages must be >= 2, got {S}")
     ws, cnt = Workspace.get(2 * C * MT * 64, RT)
-    smem = w4a4_smem(MT)
-    k = kernel("w4a4_gemv", MT=MT, S=w4a4_stages(MT), smem=smem)
+    smem = w4a4_smem(MT, S)
+    k = kernel("w4a4_gemv", MT=MT, S=S, smem=smem)
     l0, l1, l2, l3, _ = pw.fmt.lut_args
     k((C,), (256,), (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, ws, cnt,
                      np.int32(M), np.int32(pw.N), np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(RT),

@@ -198,8 +198,36 @@ def _stream_sweep(sname, N, K, M, mode):
     if mode == "fp8" and M == 8:
         out.append(StreamConfig(1, fuse=False))
     c = choose_config(M, N, K, mode)
-    out.append(NfpConfig(c.wg, c.bn, c.stages, c.split))  # the wgmma kernel, for reference
+    out.append(NfpConfig(c.wg, c.bn, c.stages, c.split, c.a_src))  # the wgmma kernel, for reference
     return out
+
+
+#: FP16-mode defaults of the second pass that the third pass replaced (docs/gpu.md,
+#: "Regressions against the first pass"): timed in the same run as the new defaults.
+_SECOND_PASS_M8 = {"o": (1, 1, 1, 8, 2, 64), "gate_up": (1, 1, 1, 8, 2, 64)}
+_SECOND_PASS_M64 = {"qkv": (8, 1, 8, 1, 2, 12), "down": (8, 1, 8, 1, 2, 12),
+                    "o": (1, 64, 6, 5), "square8k": (1, 64, 6, 3),
+                    "gate_up": (1, 64, 6, 1, "regs")}  # gate_up kept smem-A: time regs instead
+_SECOND_PASS_M256 = {"qkv": 2, "o": 3, "gate_up": 1, "down": 3, "square8k": 2}
+
+
+def _regress_cfgs(sname, N, K, M, mode):
+    """The second pass's FP16 defaults at M = 8, 64 and 256 that the third pass replaced (the
+    new ones are the main run's); gate_up at M = 64 kept its default: the register-fed one."""
+    from ..nestedfp.kernels import NfpConfig, StreamConfig
+    if mode != "fp16":
+        return []
+    if M == 8 and sname in _SECOND_PASS_M8:
+        t = _SECOND_PASS_M8[sname]
+        return [StreamConfig(*t[:5], sps=t[5])]
+    if M == 64:
+        t = _SECOND_PASS_M64[sname]
+        if len(t) == 6:
+            return [StreamConfig(*t[:5], sps=t[5], fuse=False)]
+        return [NfpConfig(*t)]
+    if M == 256:
+        return [NfpConfig(2, 128, 5, _SECOND_PASS_M256[sname])]
+    return []
 
 
 def _large_sweep(sname, N, K, M, mode):
@@ -241,6 +269,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     quick = "--quick" in argv
     sweep_on = "--sweep" in argv
+    regress = "--regress" in argv
     compare = "--compare" in argv
     argv = [a for a in argv if not a.startswith("--")]
     out = Path(argv[0] if argv else "out/bench")
@@ -264,6 +293,11 @@ def main(argv=None):
         TIMING.update(replays=7, target_replay_us=1000.0)
         bench_flexq(dev, peak, cache, records, log, shapes=shapes, ms=(1, 8), act_bits=(6,),
                     pdl_launch=False)
+        TIMING.clear()
+    if regress:  # the replaced second-pass FP16 defaults, same run
+        TIMING.update(replays=7, target_replay_us=1000.0)
+        bench_nested(dev, peak, cache, records, log, shapes=shapes, ms=(8, 64, 256),
+                     configs=_regress_cfgs, modes=("fp16",))
         TIMING.clear()
     sweep = [dict(r, sweep=True) for r in records]
     records = []

@@ -91,26 +91,50 @@ class NfpConfig:
 
 
 def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
-    """Default tile shape; K is split when the tiles would leave block slots of the SMs idle."""
+    """Default tile shape; K is split when the tiles would leave block slots of the SMs idle.
+
+    FP16 mode (measured on the H100, docs/gpu.md): 8 < M <= 64 runs the register-fed wgmma
+    kernel where K is split (too few tiles for the SMs; M = 64: qkv 45 / o 33 / down 92 /
+    8192^2 97 us against 47 / 42 / 103 / 115 us with the streaming or shared-memory-A kernels,
+    same run) and the shared-memory-A kernel where the tiles fill the SMs (gate_up: 134 us
+    against 141 us); 128 < M <= 256 the 256-token shared-memory-A tile with a 2-way K split
+    where its tiles do not fill the SMs (M = 256: 143-197 us against 191-317 us for
+    (2, 128, 5), same run)."""
     kp = -(-k // K_PAD) * K_PAD
     bk = 64 if mode == "fp16" else 128
     kt = kp // bk
+    fixed_split = None
+    regs_if_split = False
     if m <= 64:
         bn = next(t for t in TOKEN_TILES if t >= m)
-        cfg = NfpConfig(wg=1, bn=bn, stages=6 if mode == "fp16" else 8)
-    elif m <= 256:  # FP16: shared-memory A, 5 stages (second sweep's best at M = 256)
+        if mode == "fp16":
+            cfg = NfpConfig(wg=1, bn=bn, stages=6, a_src="regs" if m > 8 else "auto")
+            regs_if_split = m > 8
+        else:
+            cfg = NfpConfig(wg=1, bn=bn, stages=8)
+    elif m <= 128 or (m <= 256 and mode == "fp8"):
         cfg = NfpConfig(wg=2, bn=128, stages=5 if mode == "fp16" else 4)
+    elif m <= 256:  # FP16, 128 < M <= 256: (2, 256, 4) smem-A, 2-way split below one wave
+        cfg = NfpConfig(wg=2, bn=256, stages=4)
+        tiles = -(-n // 128)
+        fixed_split = min(2, max(1, kt // 2)) if tiles < _SMS else 1
     else:
         cfg = NfpConfig(wg=2, bn=256, stages=4)
-    tiles = -(-n // (64 * cfg.wg)) * -(-m // cfg.bn)
-    per_sm = max(1, _SMEM_PER_SM // cfg.smem(mode))
     split = 1
-    if tiles < per_sm * _SMS:  # fewer tiles than resident block slots: split K
-        split = max(1, min(kt // 2, -(-per_sm * _SMS // tiles)))
+    if fixed_split is not None:
+        split = fixed_split
+    else:
+        tiles = -(-n // (64 * cfg.wg)) * -(-m // cfg.bn)
+        per_sm = max(1, _SMEM_PER_SM // cfg.smem(mode))
+        if tiles < per_sm * _SMS:  # fewer tiles than resident block slots: split K
+            split = max(1, min(kt // 2, -(-per_sm * _SMS // tiles)))
     if split > 1:
         ktps = -(-kt // split)
         split = -(-kt // ktps)
-    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split, cfg.a_src)
+    a_src = cfg.a_src
+    if regs_if_split and split == 1:  # enough tiles for every SM: the smem-A kernel (gate_up)
+        a_src = "auto"
+    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split, a_src)
 
 
 @dataclass(frozen=True)
@@ -171,11 +195,13 @@ FUSE_MAX_M = 8
 
 #: Measured streaming-kernel shapes per (mode, N, K) for M <= 8 (second H100 sweep,
 #: docs/results/flexq_nestedfp_h100_sweep2.log; docs/gpu.md): (nt, rt, wr, wk, ku, sps);
-#: None = the wgmma kernel was faster there.
+#: None = the wgmma kernel was faster there. FP16 o and gate_up: the 4x2-warp shape, within
+#: 1% of the 1x8-warp one at M = 1 (sweep 2) and faster at M = 8 (o: 18.9 us in sweep 1
+#: against 21.4 us for (1, 1, 1, 8, 2, 64) in the second-pass run).
 STREAM_TABLE: dict = {
     ("fp16", 6144, 4096): (1, 1, 4, 2, 2, 32),
-    ("fp16", 4096, 4096): (1, 1, 1, 8, 2, 64),
-    ("fp16", 28672, 4096): (1, 1, 1, 8, 2, 64),
+    ("fp16", 4096, 4096): (1, 1, 4, 2, 2, 8),
+    ("fp16", 28672, 4096): (1, 1, 4, 2, 2, 64),
     ("fp16", 4096, 14336): (1, 2, 1, 4, 2, 45),
     ("fp16", 8192, 8192): (1, 1, 4, 2, 2, 64),
     ("fp8", 6144, 4096): (1, 1, 8, 1, 2, 6),
@@ -184,11 +210,11 @@ STREAM_TABLE: dict = {
     ("fp8", 4096, 14336): (1, 1, 8, 1, 2, 14),
     ("fp8", 8192, 8192): (1, 1, 4, 2, 2, 64),
 }
-#: FP16 mode, 8 < M <= 64: shapes where the streaming kernel (nt = 8) beat the wgmma kernel.
-STREAM_TABLE_M64: dict = {
-    ("fp16", 6144, 4096): (8, 1, 8, 1, 2, 12),
-    ("fp16", 4096, 14336): (8, 1, 8, 1, 2, 12),
-}
+#: 8 < M <= 64: shapes where the streaming kernel (nt = 8) serves M. Empty: in FP16 mode the
+#: register-fed wgmma kernel was faster on every benchmark shape at M = 64 (first pass 45 / 33 /
+#: 140 / 91 / 96 us against the streaming kernel's best 48 / 41 / 187 / 104 / 111 us in the
+#: second sweep), and FP8 mode uses the FP8 wgmma kernel.
+STREAM_TABLE_M64: dict = {}
 
 
 def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
@@ -240,7 +266,8 @@ STREAM_SWEEP = ((1, 1, 4, 2, 2), (1, 2, 4, 1, 2), (1, 1, 8, 1, 2), (1, 1, 1, 8, 
 
 #: Tile shapes the tests use besides :func:`choose_config`'s (wg, bn, stages, split).
 TEST_CONFIGS = ((1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
-                (2, 128, 4, 2), (1, 8, 5, 2), (1, 16, 4, 3, "regs"), (2, 128, 4, 2, "regs"))
+                (2, 128, 4, 2), (1, 8, 5, 2), (1, 16, 4, 3, "regs"), (2, 128, 4, 2, "regs"),
+                (1, 64, 6, 2, "regs"), (2, 256, 4, 2))
 BENCH_M = (1, 8, 64, 256, 1024, 2048)
 BENCH_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (8192, 8192))
 
@@ -249,10 +276,10 @@ def prebuilt_jobs():
     """(source, names) for :mod:`mactile.gpu.prebuilt` (tests' and benchmarks' shapes)."""
     names = {"nfp::nestedfp_split", "nfp::nestedfp_quant_e4m3"}
     for mode in MODES:
-        for m in BENCH_M + (37, 300, 5):
+        for m in BENCH_M + (37, 128, 200, 300, 5):
             for n, k in BENCH_SHAPES + ((128, 256), (200, 272), (384, 1024), (136, 512)):
                 c = choose_config(m, n, k, mode)
-                names.add(_gemm_name(mode, NfpConfig(c.wg, c.bn, c.stages), c.split > 1))
+                names.add(_gemm_name(mode, c, c.split > 1))
         for t in TEST_CONFIGS:
             for sp in (False, True):
                 names.add(_gemm_name(mode, NfpConfig(*t), sp))

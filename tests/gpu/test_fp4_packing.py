@@ -144,3 +144,27 @@ def test_bit_placement_mismatch_is_visible(rng):
     p.layouts["frag"]["codes"] = p.layouts["frag"]["codes"] ^ np.uint32(1 << 9)  # flip a mantissa bit
     assert not np.array_equal(emulate_frag_values(p), ref)
     assert bp_decode_word(np.uint32(0)).shape == (4,)
+
+
+def test_tile_aligned_ctas():
+    """Stripes of C = tile_aligned_ctas(RT, KU, slots) CTAs end inside a row tile only at
+    their own end (at most one reduction per CTA), and C never exceeds the slots."""
+    from mactile.gpu.w4a4 import tile_aligned_ctas
+    for RT, KU, slots in [(128, 16, 132), (128, 16, 264), (64, 28, 264), (448, 8, 264), (96, 8, 396),
+                          (160, 10, 132), (80, 50, 264), (3, 3, 6), (4, 3, 12), (1, 1, 132)]:
+        C = tile_aligned_ctas(RT, KU, slots)
+        U = RT * KU
+        assert 1 <= C <= max(slots, 1) and C <= U
+        for c in range(C):
+            b, e = c * U // C, (c + 1) * U // C
+            # the stripe's tiles: whole tiles, or one part of a single tile
+            assert (b % KU == 0 and e % KU == 0) or (b // KU == (e - 1) // KU)
+
+
+def test_w4a4_m1_launch():
+    from mactile.gpu.w4a4 import W4A4_M1_STAGES, tile_aligned_ctas, w4a4_m1_launch
+    assert w4a4_m1_launch(128, 16, 132) == (256, 5)  # 8192x8192: each tile in two K halves
+    assert w4a4_m1_launch(448, 8, 132) == (224, 3)   # 4096x28672: two whole tiles per CTA
+    for RT, KU in [(64, 28), (96, 8), (160, 10), (1, 1)]:
+        C, S = w4a4_m1_launch(RT, KU, 132)
+        assert S in W4A4_M1_STAGES and C == tile_aligned_ctas(RT, KU, (3 if RT >= 132 else 2) * 132)

@@ -30,7 +30,7 @@ def test_split_bit_exact_exhaustive(cp):
 
 # in TEST_CONFIGS; 'regs' = register-fed wgmma kernel, stages >= 4 otherwise = shared-memory A
 CFGS = [None, (1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
-        (1, 16, 4, 3, "regs")]
+        (1, 16, 4, 3, "regs"), (1, 64, 6, 2, "regs"), (2, 256, 4, 2)]
 
 
 def _cfg(c):
@@ -90,7 +90,8 @@ def _data(rng, m, n, k):
     return x, w
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 128, 256), (37, 200, 272), (64, 384, 1024), (300, 136, 512)])
+@pytest.mark.parametrize("m,n,k", [(1, 128, 256), (37, 200, 272), (64, 384, 1024), (200, 136, 512),
+                                   (300, 136, 512)])
 @pytest.mark.parametrize("c", [None, (1, 16, 3, 1), (2, 128, 4, 2)], ids=str)
 def test_fp16_mode_matches_fp16_gemm(cp, rng, m, n, k, c):
     """|y - x w^T| <= 2 K 2^-24 sum|x||w| + 2^-11 |ref| (FP32 accumulation in any order,

@@ -38,6 +38,19 @@ def test_config_choice():
     c = choose_config(2048, 4096, 4096, "fp16")
     assert c.bn == 256 and c.wg == 2 and c.split == 1 and c.smem_a("fp16")
     assert c.smem("fp16") <= 227 * 1024
+    # FP16, 8 < M <= 64: the register-fed wgmma kernel (measured faster than smem-A/streaming)
+    for m in (9, 37, 64):
+        c = choose_config(m, 8192, 8192, "fp16")
+        assert c.a_src == "regs" and not c.smem_a("fp16") and c.stages == 6
+    assert choose_config(64, 8192, 8192, "fp8").a_src == "auto"
+    c = choose_config(64, 28672, 4096, "fp16")  # 448 tiles, no K split: shared-memory A
+    assert c.split == 1 and c.smem_a("fp16")
+    # FP16, 128 < M <= 256: the 256-token smem-A tile, 2-way K split below one wave of tiles
+    c = choose_config(256, 8192, 8192, "fp16")
+    assert (c.wg, c.bn, c.stages, c.split) == (2, 256, 4, 2) and c.smem_a("fp16")
+    assert choose_config(256, 28672, 4096, "fp16").split == 1  # 224 tiles fill the SMs
+    assert choose_config(256, 8192, 8192, "fp8").bn == 128
+    assert choose_config(100, 8192, 8192, "fp16").bn == 128
 
 
 def test_stream_config():
@@ -49,7 +62,9 @@ def test_stream_config():
     assert choose_stream(8, 4096, 4096, "fp8").fuse
     assert choose_stream(9, 4096, 4096, "fp8") is None
     assert choose_stream(1, 28672, 4096, "fp8") is None  # the table's wgmma choice
-    assert choose_stream(64, 6144, 4096, "fp16").nt == 8
+    assert choose_stream(64, 6144, 4096, "fp16") is None  # register-fed wgmma kernel
+    assert choose_stream(16, 4096, 14336, "fp16") is None
+    assert choose_stream(8, 4096, 4096, "fp16") == StreamConfig(1, 1, 4, 2, 2, sps=8)
     c = choose_stream(3, 1000, 1000, "fp16")  # not in the table
     assert c.sps == 16
     sps = c.spans(4096, 4096 // c.block_rows)

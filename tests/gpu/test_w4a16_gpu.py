@@ -76,6 +76,13 @@ def test_exact_arithmetic_every_partition(fmt, kind, M, rng):
         _kernels()[kind](cp.asarray(x), pw, out=y, n_ctas=n_ctas, sync=True)
         np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
         outs.append(y.get())
+    if kind == "cc" and fmt == "nvfp4":  # tile-aligned partitions, deeper pipelines
+        from mactile.gpu.w4a4 import tile_aligned_ctas
+        for slots, S in ((4, 4), (8, 5), (12, 10)):
+            y = poisoned((M, N), np.float32)
+            _kernels()[kind](cp.asarray(x), pw, out=y, n_ctas=tile_aligned_ctas(4, 3, slots), stages=S,
+                             sync=True)
+            np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
 
 
 def test_broken_lookup_table_is_caught(rng):

@@ -99,6 +99,19 @@ def test_gemv_exact(rng):
         y = poisoned((M, N), np.float32)
         gemv_w4a4(a, pw, out=y, n_ctas=n_ctas, sync=True)
         np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
+    # tile-aligned partitions (3 row tiles x 3 k-units) and deeper pipelines
+    from mactile.gpu.w4a4 import tile_aligned_ctas
+    for slots, S in ((2, 3), (6, 5), (9, 10), (132, 2)):
+        y = poisoned((M, N), np.float32)
+        gemv_w4a4(a, pw, out=y, n_ctas=tile_aligned_ctas(3, 3, slots), stages=S, sync=True)
+        np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
+    qa1 = quantized_from_arrays(NVFP4(), qa.codes.reshape(M, K)[:1], qa.scales.reshape(M, -1)[:1], 0.5)
+    y1_ref, _ = reference(qa1.dequantize(), qw.dequantize())
+    for S in (3, 5, 10):  # M = 1 (MT = 1) with the trial's stage counts
+        y = poisoned((1, N), np.float32)
+        gemv_w4a4(pack_activation(qa1, xp=cp), pw, out=y, n_ctas=tile_aligned_ctas(3, 3, 6), stages=S,
+                  sync=True)
+        np.testing.assert_array_equal(y.get(), y1_ref.astype(np.float32))
 
 
 def test_errors(rng):
