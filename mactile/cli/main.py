@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Commands that take a design's parameters as flags (generate, sim) read the rest.
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "design_param_flags", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     try:
         return int(args.func(args) or 0)
     except CliError as e:
