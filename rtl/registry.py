@@ -37,6 +37,10 @@ class Design:
         ``"module:callable"`` building the design's :class:`mactile.sim.Bench` (stimulus,
         golden expectations, decoding) from its parameters; empty where the design is
         not simulated. ``mactile sim`` and the pytest suites use it.
+    in_default_report : bool
+        Whether ``mactile report`` without ``--designs`` includes it: False for designs
+        whose netlist equivalence proof does not finish within the flow's time limit on a
+        2-core machine (they synthesize, but get no figures; docs/synthesis.md).
     """
 
     name: str
@@ -46,6 +50,7 @@ class Design:
     reference: str = ""
     group: str = ""
     bench: str = ""
+    in_default_report: bool = True
 
     def load_builder(self) -> Callable[..., Any]:
         module, _, attr = self.builder.partition(":")
@@ -100,7 +105,7 @@ DESIGNS["dialect-quantizer"] = Design(
     params={"block_size": 32, "count_tie": "even",
             "registers": "exp_max,align,pair,count,quantize"},
     reference="BlockDialect (001) Sec. 3.2-3.3, Fig. 5, Table 6", group="blockdialect-table6",
-    bench="mactile.sim.benches.dialect:QuantizerBench")
+    bench="mactile.sim.benches.dialect:QuantizerBench", in_default_report=False)
 DESIGNS["dialect-dequantizer"] = Design(
     "dialect-dequantizer",
     "DialectFP4 dequantizer: codes + dialect id -> 5-bit sign-magnitude integers, 1 cycle",
@@ -116,7 +121,7 @@ DESIGNS["dialect-mse-selector"] = Design(
     params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6,
             "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
     reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7",
-    bench="mactile.sim.benches.dialect:MseSelectorBench")
+    bench="mactile.sim.benches.dialect:MseSelectorBench", in_default_report=False)
 
 
 DESIGNS["dialect-chain"] = Design(
@@ -126,7 +131,7 @@ DESIGNS["dialect-chain"] = Design(
     builder="mactile.rtl.dialect.chain:DialectChain",
     params={"block_size": 32, "registers": "exp_max,align,pair,count,quantize"},
     reference="BlockDialect (001) Sec. 3.3, Fig. 5-6, Tables 5-6", group="blockdialect-table6",
-    bench="mactile.sim.benches.dialect:ChainBench")
+    bench="mactile.sim.benches.dialect:ChainBench", in_default_report=False)
 
 
 def get_design(name: str) -> Design:
@@ -172,10 +177,12 @@ DESIGNS["nvfp4-tc"] = Design(
     "nvfp4-tc", "NVFP4 tensor core: 16x16 FP4 MACs, E4M3 block scales, FP32 RNE accumulators",
     builder=_TC, params={**_TC_COMMON, "weight": "fp4", "weight_scale": "e4m3", "act": "fp4",
                          "act_scale": "e4m3", "w_specials": None, "a_specials": None},
-    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)
+    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH,
+    in_default_report=False)
 DESIGNS["razer-tc"] = Design(
     "razer-tc", "RaZeR tensor core: NVFP4 array with RaZeR decoders (E3M3 weight scales)",
     builder=_TC, params={**_TC_COMMON, "weight": "razer", "weight_scale": "e3m3",
                          "act": "razer-act", "act_scale": "e4m3", "w_specials": _W_SPECIALS,
                          "a_specials": _A_SPECIALS},
-    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)
+    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH,
+    in_default_report=False)

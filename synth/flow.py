@@ -74,6 +74,8 @@ class FlowOptions:
             raise ValueError(f"clock period must be a positive number of ns, got {self.clock_ns!r}")
         if self.equiv_seq < 1:
             raise ValueError(f"equiv_seq must be >= 1, got {self.equiv_seq}")
+        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout_s!r}")
 
 
 @dataclass
@@ -190,7 +192,7 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
         "activity": opts.activity.key(), "method": method,
         "activity_text": hashlib.sha256(activity_text.encode()).hexdigest(),
         "equiv_seq": opts.equiv_seq, "equiv_budget": opts.equiv_rtl_budget_s,
-        "yosys": yosys_version(), "sta": [sta.kind, sta.version],
+        "timeout_s": opts.timeout_s, "yosys": yosys_version(), "sta": [sta.kind, sta.version],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
@@ -200,7 +202,8 @@ def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
         "flow": FLOW_VERSION, "scripts": [render_script_text(n) for n in ("synth.ys", "equiv.ys")],
         "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
         "clock_ns": float(opts.clock_ns), "equiv_seq": opts.equiv_seq,
-        "equiv_budget": opts.equiv_rtl_budget_s, "yosys": yosys_version(),
+        "equiv_budget": opts.equiv_rtl_budget_s, "timeout_s": opts.timeout_s,
+        "yosys": yosys_version(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 

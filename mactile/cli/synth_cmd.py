@@ -23,6 +23,9 @@ def add_flow_args(p) -> None:
                    help="transitions per cycle of every net for --activity global (0.1)")
     p.add_argument("--global-duty", type=float, default=0.5, metavar="D",
                    help="duty cycle for --activity global (0.5)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="limit in seconds on each tool run, the equivalence proof included "
+                        "(default 1800); a proof that does not finish is a failed check")
     p.add_argument("--no-cache", action="store_true", help="run again even if cached")
 
 
@@ -39,7 +42,8 @@ def flow_setup(args, clock_ns: float):
     try:
         act = ActivityOptions(method=args.activity, global_activity=args.global_activity,
                               global_duty=args.global_duty)
-        opts = FlowOptions(clock_ns=clock_ns, activity=act)
+        extra = {} if args.timeout is None else {"timeout_s": args.timeout}
+        opts = FlowOptions(clock_ns=clock_ns, activity=act, **extra)
     except ValueError as e:
         raise CliError(str(e)) from None
     return lib, opts

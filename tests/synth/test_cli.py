@@ -31,6 +31,17 @@ def test_unreadable_liberty(capsys, tmp_path, tiny_designs):
     assert "does not exist" in capsys.readouterr().err
     assert main(["synth", "t-mac4", "--clock-ns", "-1"]) == 2
     assert "clock period must be a positive number of ns" in capsys.readouterr().err
+    assert main(["synth", "t-mac4", "--timeout", "0"]) == 2
+    assert "timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
+def test_report_default_set_leaves_out_the_slow_proofs():
+    """`mactile report` with no --designs runs the designs whose proofs finish in minutes."""
+    from mactile.rtl.registry import DESIGNS as REAL
+
+    slow = {n for n, d in REAL.items() if not d.in_default_report}
+    assert {"dialect-quantizer", "nvfp4-tc", "razer-tc"} <= slow
+    assert {"mac-int8", "dialect-dequantizer", "fp32-adder"}.isdisjoint(slow)
 
 
 def test_report_unknown_design(capsys, tmp_path, tiny_designs):
