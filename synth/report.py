@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 from .flow import FlowOptions, SynthResult, synthesize
 from .libraries import Library
-from .tools import StaTool, find_sta
+from .tools import StaTool, ToolError, find_sta
 
 __all__ = ["run_designs", "write_report", "report_files", "NoDesignMeetsTiming",
            "CSV_FIELDS", "format_markdown"]
@@ -53,8 +53,20 @@ def _run_job(job: _Job) -> SynthResult:
     d = get_design(job.design)
     component = d.build()
     rtl = component_rtl(component, d.name, params=d.params)
-    return synthesize(rtl, job.lib, job.opts, component=component, group=d.group,
-                      reference=d.reference, use_cache=job.use_cache, sta=job.sta)
+    try:
+        return synthesize(rtl, job.lib, job.opts, component=component, group=d.group,
+                          reference=d.reference, use_cache=job.use_cache, sta=job.sta)
+    except ToolError as e:
+        if "timed out" not in str(e):
+            raise
+        # A design too large for the time limit is a result of the report (no figures,
+        # like an unproven netlist), not a reason to lose every other design's numbers.
+        return SynthResult(design=d.name, pdk=job.lib.name, clock_ns=float(job.opts.clock_ns),
+                           area_um2=None, cell_count=None, slack_ns=None, meets_timing=None,
+                           power_mw=None, activity_method="-", equivalence=f"failed: {e}",
+                           params=dict(d.params), group=d.group, reference=d.reference,
+                           rtl_sha256=rtl.sha256, liberty=str(job.lib.source),
+                           liberty_sha256=job.lib.sha256)
 
 
 def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: int = 2,
@@ -101,7 +113,8 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
 def _progress_line(r: SynthResult, t0: float) -> str:
     state = "cached" if r.cached else f"{r.runtime_s.get('total', 0):.1f} s"
     if not r.ok:
-        return f"  {r.design:<24} EQUIVALENCE FAILED ({state})"
+        what = "TIMED OUT" if "timed out" in r.equivalence else "EQUIVALENCE FAILED"
+        return f"  {r.design:<24} {what} ({state})"
     flag = "" if r.meets_timing else "  ** fails timing **"
     return (f"  {r.design:<24} {r.area_um2:>11.1f} um2 {r.power_mw['total']:>9.4f} mW "
             f"slack {_fmt(r.slack_ns, 3):>8} ns ({state}; {time.perf_counter() - t0:.0f} s){flag}")

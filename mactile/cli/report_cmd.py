@@ -114,8 +114,9 @@ def _summary(results, files) -> None:
 def _status(results) -> int:
     bad = [r.design for r in results if not r.ok]
     if bad:
-        print(f"mactile: error: netlist not proven equivalent to its RTL for "
-              f"{', '.join(bad)} (no numbers reported for them)", file=sys.stderr)
+        print(f"mactile: error: no figures for {', '.join(bad)}: netlist not proven "
+              f"equivalent to its RTL, or a tool ran past --timeout (the records' "
+              f"'equivalence' field says which)", file=sys.stderr)
         return 1
     return 0
 

@@ -79,3 +79,15 @@ def test_report_clock_no_design_can_meet(tools, osu018, tmp_path, tiny_designs, 
     err = capsys.readouterr().err
     assert "no design meets timing at a 0.05 ns clock" in err and "needs at least" in err
     assert not (out / "area_power.json").exists()
+
+
+@pytest.mark.synth
+def test_report_records_a_timeout_and_carries_on(tools, osu018, tmp_path, tiny_designs, capsys):
+    """A design past --timeout is a record without figures, not an aborted report."""
+    out = tmp_path / "r"
+    assert main(["report", "--designs", "t-mac4", "t-add4", "--timeout", "0.05", "--no-cache",
+                 "--no-plots", "-o", str(out)]) == 1
+    recs = json.loads((out / "area_power.json").read_text())
+    assert [r["design"] for r in recs] == ["t-mac4", "t-add4"]
+    assert all("timed out after" in r["equivalence"] and r["area_um2"] is None for r in recs)
+    assert "TIMED OUT" in capsys.readouterr().out
