@@ -113,6 +113,19 @@ class SynthResult:
     def ok(self) -> bool:
         return self.equivalence.startswith("proven")
 
+    @property
+    def failure(self) -> str:
+        """Why there are no figures: ``""`` (proven), ``"not proven equivalent"`` or
+        ``"timed out"`` (the proof, or synthesis for a record made on a tool timeout).
+        The rtl-level proof usually times out before the coarse one decides, so unproven
+        signals win over a timeout message."""
+        if self.ok:
+            return ""
+        e = self.equivalence
+        if "timed out" in e and "not proven equal" not in e:
+            return "timed out"
+        return "not proven equivalent"
+
     def record(self) -> dict:
         """The JSON record of ``area_power.json``."""
         return asdict(self)

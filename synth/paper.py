@@ -86,7 +86,7 @@ def compare(tables: list[dict], results: list[SynthResult], *,
                         fmax = 1e3 / (r.clock_ns - slack)
                     status = "met" if r.meets_timing else "fails timing"
                 else:
-                    status = "equivalence failed"
+                    status = f"{r.failure} (no figures)"
             elif skipped_pdks and t["pdk"] in skipped_pdks and row.get("design"):
                 status = f"not run ({skipped_pdks[t['pdk']]})"
             rows.append({"name": row["name"], "design": row.get("design"), "count": count,

@@ -113,8 +113,7 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
 def _progress_line(r: SynthResult, t0: float) -> str:
     state = "cached" if r.cached else f"{r.runtime_s.get('total', 0):.1f} s"
     if not r.ok:
-        what = "TIMED OUT" if "timed out" in r.equivalence else "EQUIVALENCE FAILED"
-        return f"  {r.design:<24} {what} ({state})"
+        return f"  {r.design:<24} {r.failure.upper()} ({state})"
     flag = "" if r.meets_timing else "  ** fails timing **"
     return (f"  {r.design:<24} {r.area_um2:>11.1f} um2 {r.power_mw['total']:>9.4f} mW "
             f"slack {_fmt(r.slack_ns, 3):>8} ns ({state}; {time.perf_counter() - t0:.0f} s){flag}")
@@ -188,7 +187,7 @@ def format_markdown(results: list[SynthResult], *, title: str = "Area and power"
                   "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
         for r in rs:
             if not r.ok:
-                lines.append(f"| {r.design} | equivalence failed | | | | | | | |")
+                lines.append(f"| {r.design} | {r.failure}: no figures | | | | | | | |")
                 continue
             p = r.power_mw
             timing = "met" if r.meets_timing else "**VIOLATED**"
