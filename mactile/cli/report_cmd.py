@@ -20,7 +20,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--clock-ns", type=float, default=None, metavar="T",
                    help="clock period in ns (default 10)")
-    p.add_argument("--designs", nargs="+", metavar="NAME", help="designs, or 'all' (default: every design whose equivalence proof "
+    p.add_argument("--designs", nargs="+", metavar="NAME",
+                   help="designs, or 'all' (default: every design whose equivalence proof "
                         "finishes in minutes; the quantizer, MSE selector, chain and tensor "
                         "cores run past the time limit on 2 cores)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
