@@ -60,6 +60,7 @@ __all__ = [
     "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
     "TensorCoreSpec", "tensor_core_spec", "BlockProducts", "offsets_for", "operand_for",
     "ELEM_FRAC", "OFFSET_BITS", "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
+    "interesting_fp32",
 ]
 
 #: Canonical FP32 quiet NaN the accumulator holds after a NaN product.
@@ -108,6 +109,23 @@ def fp32_round(sign: int, mag: int, exp: int) -> int:
     if e_field >= 0xFF:
         return s | _F32_INF
     return s | (e_field << _F32_MAN) | (r - (1 << _F32_MAN))
+
+
+def interesting_fp32(rng, n: int) -> np.ndarray:
+    """``n`` random FP32 bit patterns (uint32) weighted towards zeros, subnormals, the
+    smallest normals, 1.0's binade, the largest finite values, Inf and NaN: the stimulus of
+    the FP32 accumulator's golden tests and of its RTL bench."""
+    kind = rng.integers(0, 6, n)
+    sign = rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(31)
+    man = rng.integers(0, 1 << 23, n, dtype=np.uint64)
+    exp = np.select(
+        [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
+        [np.zeros(n, np.uint64), rng.integers(1, 4, n).astype(np.uint64),
+         rng.integers(250, 256, n).astype(np.uint64), np.full(n, 127, np.uint64),
+         rng.integers(100, 140, n).astype(np.uint64)],
+        rng.integers(0, 256, n).astype(np.uint64))
+    man = np.where(rng.random(n) < 0.1, np.uint64(0), man)
+    return (sign | (exp << np.uint64(23)) | man).astype(np.uint32)
 
 
 def fp32_parts(bits: int) -> tuple[str, int, int, int]:

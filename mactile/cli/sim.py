@@ -8,28 +8,23 @@ from mactile.cli.common import CliError
 from mactile.cli.design_args import add_design_args, resolve_design
 
 
-def _positive(text: str) -> int:
-    import argparse
+def _int_at_least(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum`` (``what`` names it in the error)."""
+    def parse(text: str) -> int:
+        import argparse
 
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"expected a {what}, got {v}")
+        return v
+    return parse
 
 
-def _seed(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
-    return v
+_positive = _int_at_least(1, "positive integer")
+_seed = _int_at_least(0, "non-negative integer")
 
 
 def register(sub) -> None:

@@ -18,7 +18,7 @@ __all__ = ["Pipeline", "parse_registers", "check_block_size", "wire", "named", "
            "max_tree", "sum_tree", "popcount", "sop", "RangeLogic", "split_fp16", "align",
            "stage1_pair", "Stage2Logic", "RangeCheckQuantizer", "NamedSignals", "BACKEND_WAIVERS",
            "BLOCK_SIZES", "SE_BITS", "ID_BITS", "CODE_BITS", "FP16_BITS", "block_quantizer_ports",
-           "truncation_waivers"]
+           "truncation_waivers", "PipelinedBlockUnit"]
 
 BLOCK_SIZES = (16, 32, 64)
 SE_BITS = 5                                   # the FP16 exponent field
@@ -328,6 +328,21 @@ def block_quantizer_ports(block_size: int) -> dict:
         "dialect": Out(ID_BITS),
         "codes": Out(CODE_BITS).array(block_size),
     }
+
+
+class PipelinedBlockUnit:
+    """Mixin for the block quantizers: one register per named boundary in
+    ``self.registers``, a new block accepted every cycle."""
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a block on the inputs to its result on the outputs."""
+        return len(self.registers)
+
+    @property
+    def throughput(self) -> float:
+        """Blocks accepted per cycle (fully pipelined: one, after the fill)."""
+        return 1.0
 
 
 class NamedSignals:

@@ -15,7 +15,7 @@ from amaranth.lib import wiring
 from mactile.golden.dialect import FORMATBOOK, N_DIALECTS
 from mactile.golden.dialect_mse import MseFixedPoint
 
-from .common import (NamedSignals, Pipeline, RangeCheckQuantizer, RangeLogic,
+from .common import (NamedSignals, Pipeline, PipelinedBlockUnit, RangeCheckQuantizer, RangeLogic,
                      block_quantizer_ports, truncation_waivers, align, check_block_size, max_tree,
                      named, parse_registers, split_fp16, sum_tree, wire)
 from .logic import quantize_ranges
@@ -48,7 +48,7 @@ def _argmin(m: Module, errors: list[Value]) -> Value:
     return level[0][1]
 
 
-class DialectMseSelector(NamedSignals, wiring.Component):
+class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
     """FP16 block -> (shared exponent field, dialect id by fixed-point MSE, codes).
 
     Parameters
@@ -78,16 +78,6 @@ class DialectMseSelector(NamedSignals, wiring.Component):
             raise type(e)(f"{owner}: {e}") from None
         self.registers = parse_registers(owner, registers, MSE_BOUNDARIES)
         super().__init__(block_quantizer_ports(block_size))
-
-    @property
-    def latency(self) -> int:
-        """Cycles from a block on the inputs to its result on the outputs."""
-        return len(self.registers)
-
-    @property
-    def throughput(self) -> float:
-        """Blocks accepted per cycle (fully pipelined: one, after the fill)."""
-        return 1.0
 
     @property
     def lint_waivers(self):

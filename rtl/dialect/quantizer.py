@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 
 from mactile.golden.dialect import CountTie
 
-from .common import (NamedSignals, Pipeline, RangeCheckQuantizer, Stage2Logic,
+from .common import (NamedSignals, Pipeline, PipelinedBlockUnit, RangeCheckQuantizer, Stage2Logic,
                      block_quantizer_ports, truncation_waivers, align, check_block_size, max_tree,
                      named, parse_registers, popcount, split_fp16, stage1_pair)
 
@@ -25,7 +25,7 @@ __all__ = ["DialectQuantizer", "QUANTIZER_BOUNDARIES"]
 QUANTIZER_BOUNDARIES = ("exp_max", "align", "pair", "count", "quantize")
 
 
-class DialectQuantizer(NamedSignals, wiring.Component):
+class DialectQuantizer(PipelinedBlockUnit, NamedSignals, wiring.Component):
     """FP16 block -> (5-bit shared exponent field, 4-bit dialect id, 4-bit codes).
 
     Parameters
@@ -62,16 +62,6 @@ class DialectQuantizer(NamedSignals, wiring.Component):
                              f"{[c.value for c in CountTie]}, got {count_tie!r}") from None
         self.registers = parse_registers(owner, registers, QUANTIZER_BOUNDARIES)
         super().__init__(block_quantizer_ports(block_size))
-
-    @property
-    def latency(self) -> int:
-        """Cycles from a block on the inputs to its result on the outputs."""
-        return len(self.registers)
-
-    @property
-    def throughput(self) -> float:
-        """Blocks accepted per cycle (fully pipelined: one, after the fill)."""
-        return 1.0
 
     @property
     def lint_waivers(self):

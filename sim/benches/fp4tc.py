@@ -49,13 +49,12 @@ from mactile.golden.elements import FP4_E2M1
 from mactile.golden.fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, \
     razer_offset_value
 from mactile.golden.tensorcore import (ELEM_FRAC, OFFSET_BITS, OPERANDS, FixedAccumulator, FP32Accumulator,
-                                       OperandSpec, fp32_parts, fp32_rounding,
+                                       OperandSpec, fp32_parts, fp32_rounding, interesting_fp32,
                                        tensor_core_spec)
 
 from ..bench import Bench, Stream, Vectors, pack_streams
 
-__all__ = ["DecoderBench", "TensorCoreBench", "Fp32AddBench", "GEMV_SHAPE", "gemv_operands",
-           "interesting_fp32"]
+__all__ = ["DecoderBench", "TensorCoreBench", "Fp32AddBench", "GEMV_SHAPE", "gemv_operands"]
 
 #: Shape (N, K) of the end-to-end GEMV.
 GEMV_SHAPE = (64, 256)
@@ -598,28 +597,12 @@ class TensorCoreBench(Bench):
 
 
 # =============================================================================== FP32 adder
-def interesting_fp32(rng, n) -> np.ndarray:
-    """Random FP32 bit patterns weighted towards zeros, subnormals, the smallest normals,
-    1.0's binade, the largest finite values, Inf and NaN."""
-    kind = rng.integers(0, 6, n)
-    sign = rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(31)
-    man = rng.integers(0, 1 << 23, n, dtype=np.uint64)
-    exp = np.select(
-        [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
-        [np.zeros(n, np.uint64), rng.integers(1, 4, n).astype(np.uint64),
-         rng.integers(250, 256, n).astype(np.uint64), np.full(n, 127, np.uint64),
-         rng.integers(100, 140, n).astype(np.uint64)],
-        rng.integers(0, 256, n).astype(np.uint64))
-    man = np.where(rng.random(n) < 0.1, np.uint64(0), man)
-    return (sign | (exp << np.uint64(23)) | man).astype(np.int64)
-
-
 class Fp32AddBench(Bench):
     """Vectors for :class:`~mactile.rtl.fp4tc.fp32add.FP32Adder` against
     :func:`mactile.golden.tensorcore.fp32_add_bits`.
 
-    ``random``: a third independent interesting operands (:func:`interesting_fp32`), a
-    third pairs in the same binade with random signs (cancellation), a third exact ties
+    ``random``: a third independent interesting operands
+    (:func:`mactile.golden.tensorcore.interesting_fp32`), a third pairs in the same binade with random signs (cancellation), a third exact ties
     and near ties (``b`` an odd multiple of half / a quarter of ``a``'s ulp, both signs,
     across the normal and subnormal range).
     """
@@ -638,8 +621,8 @@ class Fp32AddBench(Bench):
         n = count or self.default_count
         cycles = -(-n // lanes)
         total = cycles * lanes
-        a = interesting_fp32(rng, total)
-        b = interesting_fp32(rng, total)
+        a = interesting_fp32(rng, total).astype(np.int64)
+        b = interesting_fp32(rng, total).astype(np.int64)
         third = total // 3
         # same binade, random sign and mantissa: cancellation and carries
         sl = slice(third, 2 * third)

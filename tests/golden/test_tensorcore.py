@@ -9,7 +9,7 @@ from mactile.golden import E3M3, FP4_E2M1, FP8_E4M3, NVFP4, RaZeR, RaZeRAct
 from mactile.golden.fp4blocks import razer_offset_value
 from mactile.golden.tensorcore import (
     FP32_QNAN, NVFP4_E3M3_OPERAND, NVFP4_OPERAND, RAZER_ACT, RAZER_WEIGHT, FixedAccumulator,
-    FP32Accumulator, OperandSpec, TensorCoreSpec, accumulator, epilogue, fp32_add, fp32_add_bits, fp32_parts,
+    FP32Accumulator, OperandSpec, TensorCoreSpec, accumulator, epilogue, fp32_add, fp32_add_bits, fp32_parts, interesting_fp32,
     fp32_round, offsets_for, operand_for)
 
 
@@ -21,24 +21,9 @@ def _bits(f):
     return int(np.array(f, dtype=np.float32).view(np.uint32))
 
 
-def _interesting_fp32(rng, n):
-    """Random FP32 bit patterns weighted towards subnormals, zeros, extremes, NaN/Inf."""
-    kind = rng.integers(0, 6, n)
-    sign = rng.integers(0, 2, n, dtype=np.uint64) << 31
-    man = rng.integers(0, 1 << 23, n, dtype=np.uint64)
-    exp = np.select(
-        [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
-        [np.zeros(n, np.uint64), rng.integers(1, 4, n).astype(np.uint64),
-         rng.integers(250, 256, n).astype(np.uint64), np.full(n, 127, np.uint64),
-         rng.integers(100, 140, n).astype(np.uint64)],
-        rng.integers(0, 256, n).astype(np.uint64))
-    man = np.where(rng.random(n) < 0.1, np.uint64(0), man)
-    return (sign | (exp << 23) | man).astype(np.uint32)
-
-
 def test_fp32_add_matches_ieee_float32(rng):
-    a = _interesting_fp32(rng, 40000)
-    b = _interesting_fp32(rng, 40000)
+    a = interesting_fp32(rng, 40000)
+    b = interesting_fp32(rng, 40000)
     # exponent-close pairs exercise cancellation and ties
     b[::3] = (a[::3] & 0xFF800000) ^ (rng.integers(0, 2, len(b[::3]), dtype=np.uint32) << 31) \
         | rng.integers(0, 1 << 23, len(b[::3]), dtype=np.uint32)
@@ -59,8 +44,8 @@ def test_fp32_add_matches_ieee_float32(rng):
 
 
 def test_fp32_add_bits_matches_ieee_float32(rng):
-    a = _interesting_fp32(rng, 30000)
-    b = _interesting_fp32(rng, 30000)
+    a = interesting_fp32(rng, 30000)
+    b = interesting_fp32(rng, 30000)
     with np.errstate(all="ignore"):
         ref = (_f32(a) + _f32(b)).view(np.uint32)
     for x, y, r in zip(a.tolist(), b.tolist(), ref.tolist()):
