@@ -6,8 +6,9 @@ and returns a :class:`SynthResult`:
 1. Yosys (``scripts/synth.ys``): generic synthesis, flip-flop mapping (``dfflibmap``),
    ABC mapping onto the library with the clock period as delay target, area and cell
    count from ``stat -liberty``, the netlist written out.
-2. Yosys (``scripts/equiv.ys``): the netlist proven equivalent to the RTL. A netlist that
-   fails gets no area, timing or power: the result says ``equivalence: failed``.
+2. :mod:`.equivalence` (Yosys, ``scripts/equiv_*.ys``): the netlist proven equivalent to
+   the RTL, registers paired by name. A netlist that fails gets no area, timing or
+   power: the result says ``equivalence: failed``.
 3. OpenSTA (``scripts/sta.tcl``): worst setup slack at the clock; ``report_power`` with the
    activity of :mod:`.activity`.
 
@@ -28,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .equivalence import check_equivalence
 from .activity import ActivityOptions, PortActivity, measure_port_activity, stimulus_for
 from .libraries import Library, cache_dir
 from .rtl import Rtl
@@ -36,7 +38,7 @@ from .tools import SCRIPTS, StaTool, ToolError, find_sta, render_script, run_yos
 __all__ = ["FlowOptions", "SynthResult", "synthesize", "check_equivalence", "FLOW_VERSION"]
 
 #: Bumped when the flow changes in a way its scripts' text does not show.
-FLOW_VERSION = 1
+FLOW_VERSION = 2
 
 #: Default clock period (ns): 100 MHz, the clock of BlockDialect's Tables 6-7.
 DEFAULT_CLOCK_NS = 10.0
@@ -52,9 +54,6 @@ class FlowOptions:
         Target clock period in ns (timing constraint, ABC delay target, power frequency).
     activity : ActivityOptions
         How switching activity is obtained.
-    equiv_seq : int
-        Time steps ``equiv_simple``/``equiv_induct`` look back through registers; raise
-        it for pipelines whose registers equiv_make cannot pair by name.
     equiv_rtl_budget_s : float
         Time for the proof against the RTL as written before the coarse-grain reference
         is used (:func:`check_equivalence`).
@@ -64,7 +63,6 @@ class FlowOptions:
 
     clock_ns: float = DEFAULT_CLOCK_NS
     activity: ActivityOptions = field(default_factory=ActivityOptions)
-    equiv_seq: int = 2
     equiv_rtl_budget_s: float = 30.0
     timeout_s: float = 1800.0
 
@@ -72,8 +70,6 @@ class FlowOptions:
         if not (isinstance(self.clock_ns, (int, float)) and math.isfinite(self.clock_ns)
                 and self.clock_ns > 0):
             raise ValueError(f"clock period must be a positive number of ns, got {self.clock_ns!r}")
-        if self.equiv_seq < 1:
-            raise ValueError(f"equiv_seq must be >= 1, got {self.equiv_seq}")
         if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout_s!r}")
 
@@ -117,12 +113,12 @@ class SynthResult:
     def failure(self) -> str:
         """Why there are no figures: ``""`` (proven), ``"not proven equivalent"`` or
         ``"timed out"`` (the proof, or synthesis for a record made on a tool timeout).
-        The rtl-level proof usually times out before the coarse one decides, so unproven
-        signals win over a timeout message."""
+        The rtl-level proof usually times out before the coarse one decides, so a found
+        difference wins over a timeout message."""
         if self.ok:
             return ""
         e = self.equivalence
-        if "timed out" in e and "not proven equal" not in e:
+        if "timed out" in e and "differs" not in e:
             return "timed out"
         return "not proven equivalent"
 
@@ -204,7 +200,7 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
         "liberty": lib.sha256, "dont_use": list(lib.dont_use), "clock_ns": float(opts.clock_ns),
         "activity": opts.activity.key(), "method": method,
         "activity_text": hashlib.sha256(activity_text.encode()).hexdigest(),
-        "equiv_seq": opts.equiv_seq, "equiv_budget": opts.equiv_rtl_budget_s,
+        "equiv_budget": opts.equiv_rtl_budget_s,
         "timeout_s": opts.timeout_s, "yosys": yosys_version(), "sta": [sta.kind, sta.version],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
@@ -212,10 +208,11 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
 
 def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
     key = {
-        "flow": FLOW_VERSION, "scripts": [render_script_text(n) for n in ("synth.ys", "equiv.ys")],
+        "flow": FLOW_VERSION, "scripts": [render_script_text(n) for n in
+                                             ("synth.ys", "equiv_prep.ys", "equiv_prove.ys")],
         "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
-        "clock_ns": float(opts.clock_ns), "equiv_seq": opts.equiv_seq,
-        "equiv_budget": opts.equiv_rtl_budget_s, "timeout_s": opts.timeout_s,
+        "clock_ns": float(opts.clock_ns), "equiv_budget": opts.equiv_rtl_budget_s,
+        "timeout_s": opts.timeout_s,
         "yosys": yosys_version(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
@@ -315,42 +312,6 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
     return res
 
 
-#: How the equivalence reference is made from the RTL (see scripts/equiv.ys).
-GOLD_PREP = {
-    "rtl": "prep -flatten -top {top}",
-    "coarse": "synth -flatten -top {top} -run begin:fine",
-}
-
-
-def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, lib: Library, *,
-                      seq: int = 1, rtl_budget_s: float = 30.0,
-                      timeout_s: float | None = None) -> str:
-    """Prove the netlist equivalent to the RTL with Yosys (``scripts/equiv.ys``).
-
-    First against the RTL as written, within ``rtl_budget_s``; where that does not
-    finish or fails, against the RTL after Yosys' coarse-grain passes (see the script).
-
-    Returns ``"proven (rtl)"``, ``"proven (coarse)"`` or ``"failed: <reason>"`` (logs in
-    ``work/equiv-*.log``).
-    """
-    reasons = []
-    for level, limit in (("rtl", rtl_budget_s), ("coarse", timeout_s)):
-        status = work / f"equiv-{level}.txt"
-        try:
-            run_yosys(render_script("equiv.ys", rtl=rtl_file, netlist=netlist_file, top=top,
-                                    gold_prep=GOLD_PREP[level].format(top=top),
-                                    liberty=_rel(lib.path, work), seq=seq, status=status.name),
-                      work, f"equiv-{level}.log", timeout=limit)
-        except ToolError as e:
-            unproven = (re.search(r"(\d+) are unproven", status.read_text())
-                        if status.exists() else None)
-            reasons.append(f"{level}: " + (f"{unproven.group(1)} signal(s) not proven equal"
-                                           if unproven else str(e)))
-            continue
-        return f"proven ({level})"
-    return f"failed: {'; '.join(reasons)} (logs: {work}/equiv-*.log)"
-
-
 def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
          port_act: PortActivity | None, stimulus, component, work: Path, *,
          group: str, reference: str, netlist_filter=None) -> SynthResult:
@@ -390,8 +351,8 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
 
     if not reuse:
         t0 = time.perf_counter()
-        equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, lib,
-                                        seq=opts.equiv_seq, rtl_budget_s=opts.equiv_rtl_budget_s,
+        equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, liberty,
+                                        rtl_budget_s=opts.equiv_rtl_budget_s,
                                         timeout_s=opts.timeout_s)
         times["equiv"] = time.perf_counter() - t0
         if netlist_filter is None:
