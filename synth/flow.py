@@ -207,29 +207,48 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
 
 
 def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
+    """Everything the netlist depends on (not the equivalence check: see _equiv_key)."""
     key = {
-        "flow": FLOW_VERSION, "scripts": [render_script_text(n) for n in
-                                             ("synth.ys", "equiv_prep.ys", "equiv_prove.ys")],
+        "flow": FLOW_VERSION, "scripts": [render_script_text("synth.ys")],
         "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
-        "clock_ns": float(opts.clock_ns), "equiv_budget": opts.equiv_rtl_budget_s,
-        "timeout_s": opts.timeout_s,
+        "clock_ns": float(opts.clock_ns), "timeout_s": opts.timeout_s,
+        "yosys": yosys_version(),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _equiv_key(opts: FlowOptions) -> str:
+    """Everything the equivalence verdict on a given netlist depends on besides the
+    netlist: the scripts, the pairing code, the budgets and Yosys. A change here re-runs
+    the check on the cached netlist, not synthesis."""
+    key = {
+        "flow": FLOW_VERSION,
+        "scripts": [render_script_text(n) for n in ("equiv_prep.ys", "equiv_prove.ys")],
+        "code": hashlib.sha256(Path(__file__).with_name("equivalence.py").read_bytes()
+                               ).hexdigest(),
+        "equiv_budget": opts.equiv_rtl_budget_s, "timeout_s": opts.timeout_s,
         "yosys": yosys_version(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 def _store_netlist(work: Path, shared: Path) -> None:
-    """Keep the synthesis/equivalence files of a run for runs that differ in activity only."""
+    """Keep the synthesis/equivalence files of a run for runs that differ in activity only
+    (replacing an older verdict on the same netlist)."""
     shared.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=shared.parent, prefix=".tmp-"))
     for f in work.iterdir():
         if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json")
                             or f.name.startswith(("synth.", "equiv"))):
             shutil.copy2(f, tmp / f.name)
+    old = shared.with_name(shared.name + f".old-{os.getpid()}")
     try:
+        if shared.exists():
+            os.replace(shared, old)
         os.replace(tmp, shared)
     except OSError:  # another job stored the same netlist first
         shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def render_script_text(name: str) -> str:
@@ -320,17 +339,23 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     liberty = _rel(lib.path, work)
     dont_use = lib.dont_use_args()
 
-    # Synthesis and equivalence do not depend on the activity: a netlist already proven
-    # for this RTL, library and clock is reused (another activity method, a new OpenSTA).
-    skey = _synth_key(rtl, lib, opts)
+    # Synthesis and equivalence do not depend on the activity: a netlist already made for
+    # this RTL, library and clock is reused (another activity method, a new OpenSTA), and
+    # so is its equivalence verdict while the check itself is unchanged.
+    skey, ekey = _synth_key(rtl, lib, opts), _equiv_key(opts)
     shared = cache_dir() / "netlists" / f"{rtl.top}-{lib.name}-{skey[:16]}"
-    reuse = netlist_filter is None and (shared / "equivalence.json").exists()
+    reuse = netlist_filter is None and (shared / "netlist.v").exists()
+    equivalence = None
     if reuse:
         for f in shared.iterdir():
             if f.is_file():
                 shutil.copy2(f, work / f.name)
-        saved = json.loads((work / "equivalence.json").read_text())
-        equivalence = saved["equivalence"]  # runtime_s then counts this run's work only
+        try:
+            saved = json.loads((work / "equivalence.json").read_text())
+        except (OSError, ValueError):
+            saved = {}
+        if saved.get("key") == ekey:
+            equivalence = saved["equivalence"]  # runtime_s then counts this run's work only
     else:
         t0 = time.perf_counter()
         run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
@@ -349,7 +374,9 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         net = work / "netlist.v"
         net.write_text(netlist_filter(net.read_text()))
 
-    if not reuse:
+    if equivalence is None:
+        for f in work.glob("equiv*"):
+            f.unlink()  # an earlier check's logs
         t0 = time.perf_counter()
         equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, liberty,
                                         rtl_budget_s=opts.equiv_rtl_budget_s,
@@ -357,7 +384,8 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         times["equiv"] = time.perf_counter() - t0
         if netlist_filter is None:
             (work / "equivalence.json").write_text(json.dumps(
-                {"equivalence": equivalence.replace(str(work), "<run folder>"), "times": times}))
+                {"equivalence": equivalence.replace(str(work), "<run folder>"), "times": times,
+                 "key": ekey}))
             _store_netlist(work, shared)
     if not equivalence.startswith("proven"):
         times["total"] = sum(times.values())

@@ -21,9 +21,9 @@ def register(sub) -> None:
     p.add_argument("--clock-ns", type=float, default=None, metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--designs", nargs="+", metavar="NAME",
-                   help="designs, or 'all' (default: every design whose equivalence proof "
-                        "finishes in minutes; the quantizer, MSE selector, chain and tensor "
-                        "cores run past the time limit on 2 cores)")
+                   help="designs, or 'all' (default: every design that synthesizes and is "
+                        "proven in minutes; the MSE selector and the tensor cores take "
+                        "10-15 min each on 2 cores)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="parallel synthesis jobs (default: the CPUs available)")
     p.add_argument("--paper", action="store_true",

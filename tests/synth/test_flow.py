@@ -44,6 +44,27 @@ def test_cache_second_run_is_cached_and_identical(tools, osu018):
     assert not other_clock.cached
 
 
+def test_changed_check_reruns_only_the_check(tools, osu018, monkeypatch):
+    # The netlist is cached by what synthesis reads; a changed equivalence check (here a
+    # budget, part of its key) runs again on that netlist without synthesizing again.
+    from mactile.synth import flow
+
+    first = _run(PipelinedMul(width=4), "t-mul4", osu018)
+    synth_logs = []
+    real = flow.run_yosys
+
+    def spy(script, work, log, **kw):
+        synth_logs.append(log)
+        return real(script, work, log, **kw)
+
+    monkeypatch.setattr(flow, "run_yosys", spy)    # the synthesis call; the check has its own
+    again = _run(PipelinedMul(width=4), "t-mul4", osu018,
+                 opts=FlowOptions(equiv_rtl_budget_s=31.0))
+    assert not again.cached and again.ok
+    assert synth_logs == [] and "synth" not in again.runtime_s and "equiv" in again.runtime_s
+    assert (again.area_um2, again.cell_count) == (first.area_um2, first.cell_count)
+
+
 def test_broken_netlist_gets_no_numbers(tools, osu018):
     # Fault injection: one NAND2 becomes a NOR2. The equivalence check must catch it.
     def break_one(text):
