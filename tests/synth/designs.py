@@ -46,3 +46,20 @@ class CombAdder(wiring.Component):
         m = Module()
         m.d.comb += self.s.eq(self.a + self.b)
         return m
+
+
+class ShiftedRegister(wiring.Component):
+    """A register read shifted and sign-extended: output bits that are constants or copies
+    of others (the netlist writer must not join them into one `assign {...} = {...}`, which
+    OpenSTA's Verilog reader rejects)."""
+
+    def __init__(self, *, width: int = 4):
+        super().__init__({"x": In(width), "y": Out(width + 4)})
+
+    def elaborate(self, platform):
+        from amaranth import C, Cat, Signal
+        m = Module()
+        rx = Signal(len(self.x))
+        m.d.sync += rx.eq(self.x)
+        m.d.comb += self.y.eq(Cat(C(0, 3), rx, rx[-1]))
+        return m

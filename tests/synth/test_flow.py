@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from designs import CombAdder, PipelinedMul, RegisteredMac
+from designs import CombAdder, PipelinedMul, RegisteredMac, ShiftedRegister
 from mactile.synth import ActivityOptions, FlowOptions, synthesize
 from mactile.synth.flow import parse_sta
 from mactile.synth.rtl import component_rtl
@@ -63,6 +63,13 @@ def test_changed_check_reruns_only_the_check(tools, osu018, monkeypatch):
     assert not again.cached and again.ok
     assert synth_logs == [] and "synth" not in again.runtime_s and "equiv" in again.runtime_s
     assert (again.area_um2, again.cell_count) == (first.area_um2, first.cell_count)
+
+
+def test_constant_and_copied_output_bits_reach_timing(tools, osu018):
+    r = _run(ShiftedRegister(width=4), "t-shift4", osu018)
+    assert r.ok and r.slack_ns is not None and r.power_mw["total"] > 0
+    netlist = open(f"{r.workdir}/netlist.v").read()
+    assert not re.search(r"assign\s*\{", netlist)
 
 
 def test_broken_netlist_gets_no_numbers(tools, osu018):
