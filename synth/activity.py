@@ -1,13 +1,20 @@
 """Switching activity for the power analysis: measured from a design's stimulus.
 
-OpenSTA needs to know how often each net toggles. Three methods, each named in every
+OpenSTA needs to know how often each net toggles. Four methods, each named in every
 record the flow writes (``activity_method``):
 
-``ports`` (default with Debian's OpenSTA)
+``sim`` (default with Debian's OpenSTA)
+    The synthesized netlist is simulated under the design's stimulus
+    (:mod:`.gatesim`, zero delay) and every net's toggle rate is counted; the power is
+    OpenSTA's per-pin power at those rates (:mod:`.pinpower`).
+``ports``
     Each input port bit's toggle rate (transitions per clock cycle) and duty cycle (the
     fraction of cycles it is 1) are measured from the design's stimulus and given to
     OpenSTA with ``set_power_activity -input_ports``; OpenSTA propagates them through the
-    logic. The reset is held low (activity 0, duty 0).
+    logic with its probabilistic model. The reset is held low (activity 0, duty 0). The
+    model treats every gate input as independent and adds up rates along XOR and carry
+    chains, so arithmetic designs get rates far above one transition per cycle
+    (docs/synthesis.md compares it with ``sim``).
 ``vcd`` (default where a newer OpenSTA/OpenROAD has ``read_vcd``)
     The RTL is simulated under the same stimulus with Amaranth's simulator and the dump
     read with ``read_vcd``: the ports and registers get their simulated activity, OpenSTA
@@ -36,7 +43,7 @@ __all__ = ["ActivityOptions", "PortActivity", "measure_port_activity", "stimulus
 #: +-0.02 of its true value at 95% confidence: 2 sqrt(0.25 / 2000)).
 DEFAULT_CYCLES = 2000
 DEFAULT_SEED = 20261122
-METHODS = ("auto", "ports", "vcd", "global")
+METHODS = ("auto", "sim", "ports", "vcd", "global")
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,8 @@ class ActivityOptions:
 
     Parameters
     ----------
-    method : {"auto", "ports", "vcd", "global"}
-        ``auto``: ``vcd`` where the timing tool reads VCD, else ``ports``.
+    method : {"auto", "sim", "ports", "vcd", "global"}
+        ``auto``: ``vcd`` where the timing tool reads VCD, else ``sim``.
     global_activity : float
         Transitions per clock cycle of every net for ``global`` (OpenSTA's unit: a clock
         is 2.0).

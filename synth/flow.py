@@ -10,7 +10,8 @@ and returns a :class:`SynthResult`:
    the RTL, registers paired by name. A netlist that fails gets no area, timing or
    power: the result says ``equivalence: failed``.
 3. OpenSTA (``scripts/sta.tcl``): worst setup slack at the clock; ``report_power`` with the
-   activity of :mod:`.activity`.
+   activity of :mod:`.activity` (by default every net's toggle rate from a simulation of
+   the netlist, :mod:`.gatesim`, applied to OpenSTA's per-pin power, :mod:`.pinpower`).
 
 Every run lives in a folder of the cache named by a hash of everything that determines
 its result (RTL text, liberty contents, clock, activity, scripts, tool versions), so an
@@ -30,8 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .equivalence import check_equivalence
+from .gatesim import simulate_netlist
+from .pinpower import parse_pin_energies, power_at_rates
 from .activity import ActivityOptions, PortActivity, measure_port_activity, stimulus_for
-from .libraries import Library, cache_dir
+from .libraries import Library, cache_dir, drive_constraint
 from .rtl import Rtl
 from .tools import SCRIPTS, StaTool, ToolError, find_sta, render_script, run_yosys, yosys_version
 
@@ -42,6 +45,10 @@ FLOW_VERSION = 2
 
 #: Default clock period (ns): 100 MHz, the clock of BlockDialect's Tables 6-7.
 DEFAULT_CLOCK_NS = 10.0
+
+#: The uniform activity (transitions per clock period) at which OpenSTA prints every pin's
+#: power for the ``sim`` method; any positive value gives the same result.
+PIN_ENERGY_ACTIVITY = 1.0
 
 
 @dataclass(frozen=True)
@@ -137,19 +144,25 @@ def _scripts_hash() -> str:
 
 def _activity_method(opts: ActivityOptions, sta: StaTool) -> str:
     if opts.method == "auto":
-        return "vcd" if sta.has_read_vcd else "ports"
+        return "vcd" if sta.has_read_vcd else "sim"
     if opts.method == "vcd" and not sta.has_read_vcd:
         raise ToolError(f"--activity vcd needs an OpenSTA/OpenROAD with read_vcd; "
                         f"{sta.exe} ({sta.version}) has none")
     return opts.method
 
 
-def describe_activity(method: str, port_activity: PortActivity | None, opts: ActivityOptions) -> str:
+def describe_activity(method: str, port_activity: PortActivity | None, opts: ActivityOptions,
+                      *, mean_rate: float | None = None) -> str:
     """The ``activity_method`` field: method and where its numbers came from."""
     if method == "global":
         return f"global (vectorless: every net {opts.global_activity:g} toggles/cycle, " \
                f"duty {opts.global_duty:g})"
     src = port_activity.source if port_activity else "?"
+    if method == "sim":
+        mean = f", mean {mean_rate:.3f} toggles/cycle per pin" if mean_rate is not None else ""
+        return (f"sim (per-net toggle rates from a zero-delay simulation of the netlist over "
+                f"{port_activity.cycles} cycles of {src} stimulus{mean}, with OpenSTA's "
+                f"per-pin power)")
     if method == "vcd":
         return f"vcd (per-net, simulated {port_activity.cycles} cycles of {src} stimulus)"
     return (f"ports (input toggle rates measured over {port_activity.cycles} cycles of {src} "
@@ -193,10 +206,19 @@ def _rel(path: Path, start: Path) -> str:
     return os.path.relpath(path, start)
 
 
+def _code_hash(*names: str) -> str:
+    """Hash of this package's modules ``names`` (their behaviour shapes a result)."""
+    h = hashlib.sha256()
+    for n in names:
+        h.update(Path(__file__).with_name(n).read_bytes())
+    return h.hexdigest()
+
+
 def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
              activity_text: str) -> str:
     key = {
         "flow": FLOW_VERSION, "scripts": _scripts_hash(), "rtl": rtl.sha256, "top": rtl.top,
+        "code": _code_hash("activity.py", "gatesim.py", "pinpower.py"),
         "liberty": lib.sha256, "dont_use": list(lib.dont_use), "clock_ns": float(opts.clock_ns),
         "activity": opts.activity.key(), "method": method,
         "activity_text": hashlib.sha256(activity_text.encode()).hexdigest(),
@@ -208,8 +230,10 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
 
 def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
     """Everything the netlist depends on (not the equivalence check: see _equiv_key)."""
+    drive = drive_constraint(lib)
     key = {
         "flow": FLOW_VERSION, "scripts": [render_script_text("synth.ys")],
+        "constr": drive.text() if drive else None,
         "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
         "clock_ns": float(opts.clock_ns), "timeout_s": opts.timeout_s,
         "yosys": yosys_version(),
@@ -238,7 +262,8 @@ def _store_netlist(work: Path, shared: Path) -> None:
     shared.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=shared.parent, prefix=".tmp-"))
     for f in work.iterdir():
-        if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json")
+        if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json",
+                                         "abc.constr")
                             or f.name.startswith(("synth.", "equiv"))):
             shutil.copy2(f, tmp / f.name)
     old = shared.with_name(shared.name + f".old-{os.getpid()}")
@@ -287,10 +312,12 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
     sta = sta or find_sta()
     method = _activity_method(opts.activity, sta)
     stimulus, port_act = None, None
-    if method in ("ports", "vcd"):
+    if method in ("ports", "vcd", "sim"):
         stimulus, source = stimulus_for(rtl, opts.activity.cycles, opts.activity.seed)
         port_act = measure_port_activity(rtl, stimulus, source=source)
     activity_text = port_act.tcl() if port_act else ""
+    if stimulus is not None:  # the simulations see every value, not only the port rates
+        activity_text += json.dumps(stimulus, sort_keys=True)
     if method == "vcd" and component is None:
         raise ToolError("the vcd activity method needs the Amaranth component to simulate")
 
@@ -358,8 +385,12 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
             equivalence = saved["equivalence"]  # runtime_s then counts this run's work only
     else:
         t0 = time.perf_counter()
+        drive = drive_constraint(lib)
+        if drive is not None:
+            (work / "abc.constr").write_text(drive.text())
         run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
                                 dont_use=dont_use, clock_ps=f"{opts.clock_ns * 1000:.0f}",
+                                constr="-constr abc.constr" if drive else "",
                                 stat_json="stat.json", netlist="netlist.v"),
                   work, "synth.log", timeout=opts.timeout_s)
         times["synth"] = time.perf_counter() - t0
@@ -394,14 +425,23 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
                            activity_method=describe_activity(method, port_act, opts.activity),
                            equivalence=equivalence, runtime_s=times)
 
+    toggles = None
+    if method == "sim":
+        t0 = time.perf_counter()
+        toggles = simulate_netlist(work, "netlist.v", liberty, rtl.top, stimulus,
+                                   clock=rtl.clock, reset=rtl.reset, timeout=opts.timeout_s)
+        times["gatesim"] = time.perf_counter() - t0
+
     t0 = time.perf_counter()
+    sim = method == "sim"
     settings = {
         "liberty": str(lib.path), "netlist": "netlist.v", "top": rtl.top, "lef": lib.lef,
         "clock_port": rtl.clock or "", "clock_ns": repr(float(opts.clock_ns)),
-        "activity": method, "activity_tcl": "activity.tcl", "vcd": "sim.vcd",
+        "activity": "pin_energies" if sim else method, "activity_tcl": "activity.tcl",
         # Amaranth's simulator writes the design under the scopes bench > top.
-        "vcd_scope": "bench/top", "global_activity": repr(opts.activity.global_activity),
-        "global_duty": repr(opts.activity.global_duty),
+        "vcd": "sim.vcd", "vcd_scope": "bench/top",
+        "global_activity": repr(PIN_ENERGY_ACTIVITY if sim else opts.activity.global_activity),
+        "global_duty": repr(0.5 if sim else opts.activity.global_duty),
     }
     if port_act is not None:
         (work / "activity.tcl").write_text(port_act.tcl())
@@ -413,10 +453,22 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     (work / "sta_run.tcl").write_text(run_tcl)
     out = sta.run(work / "sta_run.tcl", work / "sta.log", timeout=opts.timeout_s)
     slack, power = parse_sta(out)
+    if sim:
+        energies = parse_pin_energies(out, activity=PIN_ENERGY_ACTIVITY,
+                                      clock_pins=toggles.clock_pins)
+        power = power_at_rates(energies, toggles.pins)
+        # The per-pin lines (tens of MB on the large designs) are not kept.
+        (work / "sta.log").write_text(
+            "".join(ln + "\n" for ln in out.splitlines() if not ln.startswith("power:"))
+            + f"# {len(energies.pins)} per-pin power lines (set_debug power 2) removed; the "
+              f"report above is at a uniform activity of {PIN_ENERGY_ACTIVITY}, the "
+              f"record's power is at the simulated rates\n")
     times["sta"] = time.perf_counter() - t0
     times["total"] = sum(times.values())
     return SynthResult(**base, area_um2=area, cell_count=ncells, slack_ns=slack,
                        meets_timing=slack is None or slack >= 0, power_mw=power,
-                       activity_method=describe_activity(method, port_act, opts.activity),
+                       activity_method=describe_activity(
+                           method, port_act, opts.activity,
+                           mean_rate=toggles.mean_rate() if toggles else None),
                        equivalence=equivalence, sequential_area_um2=seq_area,
                        cells_by_type=by_type, runtime_s=times)

@@ -15,10 +15,14 @@ def add_flow_args(p) -> None:
     lib.add_argument("--pdk", metavar="NAME",
                      help="named library: osu018 (default), nangate45, sky130")
     lib.add_argument("--liberty", metavar="PATH", help="any liberty file (.lib or .lib.gz)")
-    p.add_argument("--activity", choices=["auto", "ports", "vcd", "global"], default="auto",
+    from mactile.synth.activity import METHODS
+
+    p.add_argument("--activity", choices=METHODS, default="auto",
                    help="switching activity for power: auto (vcd where the timing tool reads "
-                        "VCD, else ports), ports (input toggle rates measured from the "
-                        "design's stimulus), vcd (per net, simulated), global (vectorless)")
+                        "VCD, else sim), sim (every net's toggle rate from a simulation of "
+                        "the netlist under the design's stimulus), ports (input toggle rates "
+                        "from that stimulus, propagated by OpenSTA), vcd (RTL simulation "
+                        "dump read by a newer OpenSTA), global (vectorless)")
     p.add_argument("--global-activity", type=float, default=0.1, metavar="A",
                    help="transitions per cycle of every net for --activity global (0.1)")
     p.add_argument("--global-duty", type=float, default=0.5, metavar="D",

@@ -7,10 +7,10 @@
 #   liberty netlist top        files and the top module
 #   lef                        LEF file or "" (read only when the tool has read_lef)
 #   clock_port clock_ns        clock input ("" for a combinational design: virtual clock)
-#   activity                   ports | vcd | global
+#   activity                   ports | vcd | global | pin_energies
 #   activity_tcl               file of set_power_activity commands (ports)
 #   vcd vcd_scope              simulation dump and its top scope (vcd)
-#   global_activity global_duty                                    (global)
+#   global_activity global_duty                      (global, pin_energies)
 # It prints machine-readable lines starting with MACTILE for mactile.synth.flow.
 
 proc mactile_main {} {
@@ -49,6 +49,13 @@ proc mactile_main {} {
         vcd    { read_vcd -scope $mactile(vcd_scope) $mactile(vcd) }
         global { set_power_activity -global -activity $mactile(global_activity) \
                      -duty $mactile(global_duty) }
+        pin_energies {
+            # Every pin's power at one uniform activity, printed per pin for
+            # mactile.synth.pinpower, which rescales each by its net's simulated rate.
+            set_power_activity -global -activity $mactile(global_activity) \
+                -duty $mactile(global_duty)
+            sta::set_debug power 2
+        }
         default { error "unknown activity method $mactile(activity)" }
     }
     puts "MACTILE_SECTION power"

@@ -29,9 +29,15 @@ def test_registered_mac_osu018(tools, osu018):
     p = r.power_mw
     assert all(p[k] > 0 for k in ("internal", "switching", "leakage"))
     assert p["total"] == pytest.approx(p["internal"] + p["switching"] + p["leakage"], rel=1e-4)
-    assert r.activity_method.startswith("ports (") and "uniform-random" in r.activity_method
+    assert r.activity_method.startswith("sim (") and "uniform-random" in r.activity_method
     netlist = (r.workdir and open(f"{r.workdir}/netlist.v").read())
     assert re.search(r"^\s*DFFPOSX1 ", netlist, re.M)
+    # OpenSTA's propagation of the input ports' rates, on the same (cached) netlist.
+    ports = _run(RegisteredMac(width=4), "t-mac4", osu018,
+                 opts=FlowOptions(activity=ActivityOptions(method="ports")))
+    assert ports.activity_method.startswith("ports (") and "synth" not in ports.runtime_s
+    assert ports.area_um2 == r.area_um2 and ports.power_mw["leakage"] == p["leakage"]
+    assert ports.power_mw["total"] != p["total"]
 
 
 def test_cache_second_run_is_cached_and_identical(tools, osu018):
