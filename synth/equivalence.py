@@ -4,9 +4,10 @@ combinational proof.
 This is the method of commercial equivalence checkers ("key-point mapping"), built from
 Yosys passes:
 
-1. ``scripts/equiv_prep.ys`` brings both sides to bit-level gates and plain D flip-flops
-   and writes them as Yosys JSON: the reference ("gold") from the RTL, the netlist
-   ("gate") with every library cell replaced by the function its liberty file gives.
+1. ``scripts/equiv_gold.ys`` and ``scripts/equiv_gate.ys`` bring both sides to bit-level
+   gates and plain D flip-flops and write them as Yosys JSON: the reference ("gold") from
+   the RTL, the netlist ("gate") with every library cell replaced by the function its
+   liberty file gives.
 2. :func:`pair_registers` pairs each gold flip-flop with the gate flip-flop whose output
    net carries one of its names (a register keeps its RTL name through synthesis; a
    net may carry several names, any one shared is enough).
@@ -52,7 +53,7 @@ GOLD_PREP = {
     "coarse": "synth -flatten -top {top} -run begin:fine",
 }
 
-#: Flip-flop cell types left after ``async2sync; dffunmap; techmap`` (scripts/equiv_prep.ys).
+#: Flip-flop cell types left after ``async2sync; dffunmap; techmap`` (scripts/equiv_gold.ys, equiv_gate.ys).
 _FF_TYPES = {"$_DFF_P_": "posedge", "$_DFF_N_": "negedge"}
 
 
@@ -112,7 +113,7 @@ def _bit_names(module: dict) -> tuple[dict[int, set[str]], dict[int, str]]:
 
 
 def flip_flops(module: dict) -> list[FlipFlop]:
-    """The flip-flops of a JSON module (after ``scripts/equiv_prep.ys``).
+    """The flip-flops of a JSON module (after ``scripts/equiv_gold.ys`` or ``equiv_gate.ys``).
 
     Raises
     ------
@@ -294,8 +295,10 @@ def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, li
                       rtl_budget_s: float = 30.0, timeout_s: float | None = None) -> str:
     """Prove the netlist equivalent to the RTL (see the module docstring).
 
-    First against the RTL as written, within ``rtl_budget_s``; where that does not
-    finish or fails, against the RTL after Yosys' coarse-grain passes.
+    The netlist side is made once (``scripts/equiv_gate.ys``); the reference is first the
+    RTL as written, within ``rtl_budget_s`` (0: not tried), and where that does not finish
+    or fails, the RTL after Yosys' coarse-grain passes. ``timeout_s`` bounds the whole
+    check.
 
     Parameters
     ----------
@@ -309,10 +312,29 @@ def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, li
     str
         ``"proven (<level>: <pairing summary>)"`` or ``"failed: <reason per level>"``.
     """
+    import time
+    t_end = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def left(cap=None):
+        rest = None if t_end is None else max(1.0, t_end - time.monotonic())
+        return cap if rest is None else (rest if cap is None else min(cap, rest))
+
+    gate_json = work / "equiv-gate.json"
+    try:
+        run_yosys(render_script("equiv_gate.ys", netlist=netlist_file, top=top,
+                                liberty=liberty, gate_json=gate_json.name),
+                  work, "equiv-gate.log", timeout=left())
+        gate_text = gate_json.read_text()
+    except ToolError as e:
+        return f"failed: netlist: {e} (logs: {work}/equiv-*.log)"
+    finally:
+        gate_json.unlink(missing_ok=True)
     reasons = []
-    for level, limit in (("rtl", rtl_budget_s), ("coarse", timeout_s)):
+    for level, cap in (("rtl", rtl_budget_s), ("coarse", None)):
+        if cap is not None and cap <= 0:
+            continue
         try:
-            outcome = _check_level(work, level, rtl_file, netlist_file, top, liberty, limit)
+            outcome = _check_level(work, level, rtl_file, gate_text, top, left(cap))
         except ToolError as e:
             reasons.append(f"{level}: {e}")
             continue
@@ -322,30 +344,29 @@ def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, li
     return f"failed: {'; '.join(reasons)} (logs: {work}/equiv-*.log)"
 
 
-def _check_level(work: Path, level: str, rtl_file: str, netlist_file: str, top: str,
-                 liberty: str, limit: float | None) -> str:
+def _check_level(work: Path, level: str, rtl_file: str, gate_text: str, top: str,
+                 limit: float | None) -> str:
     import time
     t_end = None if limit is None else time.monotonic() + limit
 
     def left():
         return None if t_end is None else max(1.0, t_end - time.monotonic())
 
-    gold_json, gate_json = f"equiv-{level}-gold.json", f"equiv-{level}-gate.json"
-    run_yosys(render_script("equiv_prep.ys", rtl=rtl_file, netlist=netlist_file, top=top,
-                            gold_prep=GOLD_PREP[level].format(top=top), liberty=liberty,
-                            gold_json=gold_json, gate_json=gate_json),
-              work, f"equiv-{level}-prep.log", timeout=left())
+    gold_json = f"equiv-{level}-gold.json"
+    run_yosys(render_script("equiv_gold.ys", rtl=rtl_file, top=top, gold_json=gold_json,
+                            gold_prep=GOLD_PREP[level].format(top=top)),
+              work, f"equiv-{level}-gold.log", timeout=left())
     gold_doc = json.loads((work / gold_json).read_text())
-    gate_doc = json.loads((work / gate_json).read_text())
-    gold, gate = _module(gold_doc, top), _module(gate_doc, top)
+    (work / gold_json).unlink()
+    # Parsed afresh for each level: cutting the registers modifies the module.
+    gold, gate = _module(gold_doc, top), _module(json.loads(gate_text), top)
     corr = pair_registers(flip_flops(gold), flip_flops(gate))
     cut_gold, labels = cut_registers(gold, "gold", corr)
     cut_gate, _ = cut_registers(gate, "gate", corr)
     for name, mod in (("gold", cut_gold), ("gate", cut_gate)):
         (work / f"equiv-{level}-{name}-cut.json").write_text(
             json.dumps({"modules": {name: mod}}))
-    (work / gold_json).unlink()
-    (work / gate_json).unlink()
+    del gold_doc, gold, gate, cut_gold, cut_gate
     cex = work / f"equiv-{level}-cex.json"
     try:
         run_yosys(render_script("equiv_prove.ys", gold=f"equiv-{level}-gold-cut.json",

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .flow import FlowOptions, SynthResult, synthesize
-from .libraries import Library
+from .libraries import Library, cache_dir
+from .rtl import Rtl
 from .tools import StaTool, ToolError, find_sta
 
 __all__ = ["run_designs", "write_report", "report_files", "NoDesignMeetsTiming",
@@ -38,21 +39,31 @@ class NoDesignMeetsTiming(ValueError):
 @dataclass(frozen=True)
 class _Job:
     design: str
+    rtl: Rtl
     lib: Library
     opts: FlowOptions
     sta: StaTool
     use_cache: bool
 
 
-def _run_job(job: _Job) -> SynthResult:
-    # In a worker process: build the RTL (Amaranth), then the flow.
+def _design_rtl(name: str) -> Rtl:
+    # In a worker process: the registry design with its default parameters, as Verilog.
     from mactile.rtl.registry import get_design
 
     from .rtl import component_rtl
 
+    d = get_design(name)
+    return component_rtl(d.build(), d.name, params=d.params)
+
+
+def _run_job(job: _Job) -> SynthResult:
+    # In a worker process: the flow on RTL made in the first phase. Only the vcd activity
+    # method simulates the Amaranth component itself, so only it builds the design again.
+    from mactile.rtl.registry import get_design
+
     d = get_design(job.design)
-    component = d.build()
-    rtl = component_rtl(component, d.name, params=d.params)
+    rtl = job.rtl
+    component = d.build() if job.opts.activity.method == "vcd" else None
     try:
         return synthesize(rtl, job.lib, job.opts, component=component, group=d.group,
                           reference=d.reference, use_cache=job.use_cache, sta=job.sta)
@@ -69,10 +80,57 @@ def _run_job(job: _Job) -> SynthResult:
                            liberty_sha256=job.lib.sha256)
 
 
+def _timings_file() -> Path:
+    return cache_dir() / "timings.json"
+
+
+def _load_timings() -> dict:
+    try:
+        return json.loads(_timings_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_timings(results: list[SynthResult]) -> None:
+    """Remember each design's measured run time (not cache hits) for the next schedule."""
+    fresh = {f"{r.design}@{r.pdk}": r.runtime_s["total"] for r in results
+             if not r.cached and r.runtime_s.get("total")}
+    if not fresh:
+        return
+    data = {**_load_timings(), **fresh}
+    path = _timings_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def schedule(rtls: dict[str, Rtl], pdk: str) -> list[str]:
+    """Designs longest first, so that the largest do not start last and run alone.
+
+    A design's expected time is its last measured run on this library where the cache
+    remembers one. A design never run there is estimated from the size of its Verilog at
+    the highest seconds per byte measured on the library, so it is rather placed too
+    early than too late; with nothing measured the order is by Verilog size alone.
+    """
+    seen = _load_timings()
+    known = {n: seen[f"{n}@{pdk}"] for n in rtls if f"{n}@{pdk}" in seen}
+    unknown = sorted((n for n in rtls if n not in known), key=lambda n: -len(rtls[n].verilog))
+    if not known:
+        return unknown
+    # Seconds per byte of Verilog, from the designs measured here, to place the others.
+    rate = max(known[n] / max(1, len(rtls[n].verilog)) for n in known)
+    est = {**known, **{n: rate * len(rtls[n].verilog) for n in unknown}}
+    return sorted(rtls, key=lambda n: -est[n])
+
+
 def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: int = 2,
                 use_cache: bool = True, progress: Callable[[str], None] | None = None
                 ) -> list[SynthResult]:
     """Run the flow for registry designs ``names``; results in the order of ``names``.
+
+    Two phases in one pool of worker processes: every design's RTL is written, then the
+    flow runs on them longest first (:func:`schedule`).
 
     Raises
     ------
@@ -87,27 +145,50 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
     for n in names:
         get_design(n)  # unknown names fail here, before any work
     sta = find_sta()
-    todo = [_Job(n, lib, opts, sta, use_cache) for n in names]
     results: dict[str, SynthResult] = {}
     say = progress or (lambda s: None)
     t0 = time.perf_counter()
-    if jobs <= 1 or len(todo) <= 1:
-        for job in todo:
-            results[job.design] = r = _run_job(job)
-            say(_progress_line(r, t0))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_job, job): job for job in todo}
-            try:
-                for fut in as_completed(futures):
-                    r = fut.result()
-                    results[r.design] = r
-                    say(_progress_line(r, t0))
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+    parallel = jobs > 1 and len(names) > 1
+    with (ProcessPoolExecutor(max_workers=jobs) if parallel else _Serial()) as pool:
+        rtls = dict(zip(names, pool.map(_design_rtl, names)))
+        order = schedule(rtls, lib.name)
+        todo = [_Job(n, rtls[n], lib, opts, sta, use_cache) for n in order]
+        futures = {pool.submit(_run_job, job): job for job in todo}
+        try:
+            for fut in as_completed(futures):
+                r = fut.result()
+                results[r.design] = r
+                say(_progress_line(r, t0))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        finally:
+            _save_timings(list(results.values()))
     return [results[n] for n in names]
+
+
+class _Serial:
+    """The pool interface, run in this process (one job, or one design)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, items):
+        return [fn(x) for x in items]
+
+    def submit(self, fn, arg):
+        from concurrent.futures import Future
+
+        fut = Future()
+        try:
+            fut.set_result(fn(arg))
+        except BaseException as e:  # noqa: BLE001 - delivered through the future
+            fut.set_exception(e)
+        return fut
 
 
 def _progress_line(r: SynthResult, t0: float) -> str:
