@@ -193,6 +193,10 @@ class Bench(abc.ABC):
     suites: ClassVar[tuple[str, ...]] = ("random",)
     #: Suites whose size is fixed (``vectors`` is ignored).
     fixed_suites: ClassVar[tuple[str, ...]] = ()
+    #: The suite whose stimulus the power analysis replays (:mod:`mactile.synth.activity`);
+    #: None: the first of ``suites``. A suite built to reach every case (an exhaustive
+    #: sweep holding most inputs still) is a poor picture of a design's switching.
+    activity_suite: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def vectors(self, suite: str, *, lanes: int, count: int | None,

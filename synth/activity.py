@@ -178,9 +178,10 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
                      ) -> tuple[dict[str, list[int]], str] | None:
     """The design's own testbench stimulus from the simulation harness, or None.
 
-    The registry design's ``bench`` (:class:`mactile.sim.bench.Bench`) builds its first
-    suite (``random`` for the MACs: the corner streams, then golden-quantized and uniform
-    operand codes) on one lane for ``cycles`` vectors; its inputs are the stimulus.
+    The registry design's ``bench`` (:class:`mactile.sim.bench.Bench`) builds its
+    ``activity_suite`` (default its first suite: ``random`` for the MACs, the corner
+    streams, then golden-quantized and uniform operand codes) on one lane for ``cycles``
+    vectors; its inputs are the stimulus.
     """
     try:
         from mactile.rtl.registry import get_design
@@ -190,7 +191,7 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
     if not getattr(design, "bench", ""):
         return None
     bench = design.load_bench()(**rtl.params)
-    suite = bench.suites[0]
+    suite = bench.activity_suite or bench.suites[0]
     vec = bench.vectors(suite, lanes=1, count=cycles, rng=np.random.default_rng(seed))
     stim = {name: [int(v) for v in np.asarray(arr)[:, 0]] for name, arr in vec.inputs.items()}
     # Ports the bench leaves out are driven 0 by the harness: the same here.

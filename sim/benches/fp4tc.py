@@ -100,10 +100,17 @@ def gemv_operands(w_format, a_format, rng):
 
 # =============================================================================== decoders
 class DecoderBench(Bench):
-    """Exhaustive check of a :class:`~mactile.rtl.fp4tc.decoders.DecoderUnit`."""
+    """Check of a :class:`~mactile.rtl.fp4tc.decoders.DecoderUnit`.
 
-    suites = ("exhaustive",)
+    ``exhaustive``: every code on every lane under every scale byte and every setting of
+    the offset registers (each lane holds one code while the byte sweeps). ``random``:
+    uniform random codes and scale bytes every cycle under one random register setting;
+    the power analysis replays it (the sweep leaves the codes still).
+    """
+
+    suites = ("exhaustive", "random")
     fixed_suites = ("exhaustive",)
+    activity_suite = "random"
 
     def __init__(self, *, operand="razer", lanes: int = 16, specials=None):
         self.op = OPERANDS[operand] if isinstance(operand, str) else operand
@@ -118,33 +125,49 @@ class DecoderBench(Bench):
 
     def vectors(self, suite, *, lanes, count, rng) -> Vectors:
         self.check_suite(suite)
+        if suite == "random":
+            return self._random(lanes, count or 2000, rng)
         L = self.lanes
         per_byte = -(-FP4_E2M1.code_count // L)  # cycles to show every code in L lanes
+        byte = np.repeat(np.arange(256), per_byte)
+        sub = np.tile(np.arange(per_byte), 256)
+        codes = (sub[:, None] * L + np.arange(L)[None, :]) % FP4_E2M1.code_count
         streams, expected = [], []
         for offs in self._settings():
-            n = 1 + 256 * per_byte
-            ins = {"meta": np.zeros(n, np.int64)}
-            codes = np.zeros((n, L), np.int64)
-            byte = np.repeat(np.arange(256), per_byte)
-            sub = np.tile(np.arange(per_byte), 256)
-            codes[1:] = (sub[:, None] * L + np.arange(L)[None, :]) % FP4_E2M1.code_count
-            ins["meta"][1:] = byte
-            if self.op.specials:
-                ins["cfg_we"] = np.zeros(n, np.int64)
-                ins["cfg_we"][0] = 1
-                for k, o in enumerate(offs):
-                    ins[f"cfg_offsets__{k}"] = np.full(n, o, np.int64)
-            for i in range(L):
-                ins[f"codes__{i}"] = codes[:, i]
-            vals = self.op.decode_elements(codes[1:], byte, offs)
-            exp = {f"values__{i}": np.concatenate([[0], vals[:, i]]) for i in range(L)}
-            check = np.ones(n, bool)
-            check[0] = False  # the registers change at this cycle's edge
-            streams.append(Stream(f"offsets {offs}", ins, check))
+            stream, exp = self._stream(offs, codes, byte, f"offsets {offs}")
+            streams.append(stream)
             expected.append(exp)
         inputs, exp, mask, labels, names = _layout(streams, expected, lanes)
         return Vectors(inputs, exp, mask, labels=labels, label_names=names,
                        notes={"register_settings": len(streams), "codes": 16, "bytes": 256})
+
+    def _stream(self, offs, codes, byte, label):
+        """One stream: the registers written in its first cycle, then ``codes``
+        (cycles x lanes) under scale bytes ``byte``; with its expected values."""
+        n, L = len(codes) + 1, self.lanes
+        ins = {"meta": np.concatenate([[0], byte]).astype(np.int64)}
+        if self.op.specials:
+            ins["cfg_we"] = np.zeros(n, np.int64)
+            ins["cfg_we"][0] = 1
+            for k, o in enumerate(offs):
+                ins[f"cfg_offsets__{k}"] = np.full(n, o, np.int64)
+        for i in range(L):
+            ins[f"codes__{i}"] = np.concatenate([[0], codes[:, i]]).astype(np.int64)
+        vals = self.op.decode_elements(codes, byte, offs)
+        exp = {f"values__{i}": np.concatenate([[0], vals[:, i]]) for i in range(L)}
+        check = np.ones(n, bool)
+        check[0] = False  # the registers change at this cycle's edge
+        return Stream(label, ins, check), exp
+
+    def _random(self, lanes, count, rng) -> Vectors:
+        settings = self._settings()
+        offs = settings[int(rng.integers(len(settings)))]
+        codes = rng.integers(0, FP4_E2M1.code_count, (count, self.lanes))
+        byte = rng.integers(0, 256, count)
+        stream, exp = self._stream(offs, codes, byte, f"offsets {offs}")
+        inputs, exp, mask, labels, names = _layout([stream], [exp], lanes)
+        return Vectors(inputs, exp, mask, labels=labels, label_names=names,
+                       notes={"register_settings": 1})
 
 
 # =============================================================================== tensor core

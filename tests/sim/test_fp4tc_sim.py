@@ -68,6 +68,13 @@ def test_decoder_exhaustive(name, settings, sim_run):
     assert r.vectors == settings * 256  # each vector: all 16 codes at once
 
 
+@pytest.mark.parametrize("name", ["nvfp4-decoder", "razer-weight-decoder"])
+def test_decoder_random(name, sim_run):
+    # Random codes and scale bytes every cycle (the stimulus the power analysis replays).
+    r = _ok(sim_run(name, suite="random", vectors=3000))
+    assert r.vectors == 3000 and r.notes["register_settings"] == 1
+
+
 def test_fp32_adder_random(sim_run):
     _ok(sim_run("fp32-adder", suite="random", vectors=1 << 16))
 
