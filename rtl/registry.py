@@ -37,11 +37,6 @@ class Design:
         ``"module:callable"`` building the design's :class:`mactile.sim.Bench` (stimulus,
         golden expectations, decoding) from its parameters; empty where the design is
         not simulated. ``mactile sim`` and the pytest suites use it.
-    in_default_report : bool
-        Whether ``mactile report`` without ``--designs`` includes it: False for designs
-        whose synthesis and equivalence proof take more than a few minutes on a 2-core
-        machine (the MSE selector and the tensor cores, 10-15 min each; docs/synthesis.md),
-        so that the default report stays within minutes.
     """
 
     name: str
@@ -51,7 +46,6 @@ class Design:
     reference: str = ""
     group: str = ""
     bench: str = ""
-    in_default_report: bool = True
 
     def load_builder(self) -> Callable[..., Any]:
         module, _, attr = self.builder.partition(":")
@@ -122,7 +116,7 @@ DESIGNS["dialect-mse-selector"] = Design(
     params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6,
             "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
     reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7",
-    bench="mactile.sim.benches.dialect:MseSelectorBench", in_default_report=False)
+    bench="mactile.sim.benches.dialect:MseSelectorBench")
 
 
 DESIGNS["dialect-chain"] = Design(
@@ -178,12 +172,10 @@ DESIGNS["nvfp4-tc"] = Design(
     "nvfp4-tc", "NVFP4 tensor core: 16x16 FP4 MACs, E4M3 block scales, FP32 RNE accumulators",
     builder=_TC, params={**_TC_COMMON, "weight": "fp4", "weight_scale": "e4m3", "act": "fp4",
                          "act_scale": "e4m3", "w_specials": None, "a_specials": None},
-    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH,
-    in_default_report=False)
+    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)
 DESIGNS["razer-tc"] = Design(
     "razer-tc", "RaZeR tensor core: NVFP4 array with RaZeR decoders (E3M3 weight scales)",
     builder=_TC, params={**_TC_COMMON, "weight": "razer", "weight_scale": "e3m3",
                          "act": "razer-act", "act_scale": "e4m3", "w_specials": _W_SPECIALS,
                          "a_specials": _A_SPECIALS},
-    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH,
-    in_default_report=False)
+    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)

@@ -14,7 +14,8 @@ Yosys passes:
 3. :func:`cut_registers` turns every flip-flop into a pair of ports, its output an input
    and its next state (D) an output, with one name per pair on both sides. Both sides are
    then combinational.
-4. ``scripts/equiv_prove.ys`` builds the miter of the two and proves it never fires:
+4. ``scripts/equiv_prove.ys`` reads both (written as RTLIL by :func:`rtlil_module`),
+   builds the miter of the two and proves it never fires:
    ABC's SAT sweeping (``fraig``) merges the logic both sides compute alike, then Yosys'
    SAT solver proves the rest.
 
@@ -39,19 +40,23 @@ from pathlib import Path
 
 from .tools import ToolError, render_script, run_yosys
 
-__all__ = ["GOLD_PREP", "FlipFlop", "Correspondence", "flip_flops", "pair_registers",
-           "cut_registers", "check_equivalence"]
+__all__ = ["GOLD_PREP", "COARSE_FILE", "FlipFlop", "Correspondence", "flip_flops",
+           "pair_registers", "cut_registers", "rtlil_module", "check_equivalence"]
 
-#: How the reference is made from the RTL before it is taken to bit level:
+#: How the reference is read from the RTL before it is taken to bit level:
 #:   rtl    - ``prep``: the RTL as written (word-level operators);
 #:   coarse - ``synth -run begin:fine``: the RTL after Yosys' coarse-grain passes
 #:            (arithmetic grouped into $alu/$macc), so that both sides build their adders
 #:            and multipliers alike; used where the rtl-level proof does not finish in its
-#:            time budget (multipliers built differently are hard for SAT).
+#:            time budget (multipliers built differently are hard for SAT). Synthesis
+#:            writes this very design (``scripts/synth.ys``, :data:`COARSE_FILE`); where
+#:            that file is at hand it is read instead of being made again.
 GOLD_PREP = {
-    "rtl": "prep -flatten -top {top}",
-    "coarse": "synth -flatten -top {top} -run begin:fine",
+    "rtl": "read_verilog -sv {rtl}\nprep -flatten -top {top}",
+    "coarse": "read_verilog -sv {rtl}\nsynth -flatten -top {top} -run begin:fine",
 }
+#: The coarse-grain design as synthesis wrote it (RTLIL, in the run folder).
+COARSE_FILE = "coarse.il"
 
 #: Flip-flop cell types left after ``async2sync; dffunmap; techmap`` (scripts/equiv_gold.ys, equiv_gate.ys).
 _FF_TYPES = {"$_DFF_P_": "posedge", "$_DFF_N_": "negedge"}
@@ -284,6 +289,50 @@ def cut_registers(module: dict, side: str, corr: Correspondence) -> tuple[dict, 
     return module, labels
 
 
+def _sig(bits: list) -> str:
+    """An RTLIL signal of JSON bits (net ids as wires ``\\n<id>``, constants as 1-bit
+    constants), most significant bit first."""
+    parts = [f"\\n{b}" if isinstance(b, int) else f"1'{b}" for b in reversed(bits)]
+    return parts[0] if len(parts) == 1 else "{ " + " ".join(parts) + " }"
+
+
+def rtlil_module(name: str, module: dict) -> str:
+    """A module of Yosys JSON (bit-level cells) as RTLIL text, which Yosys reads in less
+    than half the time of the same JSON (4.0 against 10.3 s on the NVFP4 tensor core).
+
+    Every net becomes a one-bit wire ``\\n<id>``; each port a wire of its width joined to
+    its nets; cells keep their types and binary-string parameters.
+    """
+    nets = set()
+    for info in module["cells"].values():
+        for bits in info["connections"].values():
+            nets.update(b for b in bits if isinstance(b, int))
+    for info in module["ports"].values():
+        nets.update(b for b in info["bits"] if isinstance(b, int))
+    out = [f"module \\{name}"]
+    out += [f"  wire \\n{n}" for n in sorted(nets)]
+    connects = []
+    for k, (port, info) in enumerate(module["ports"].items(), start=1):
+        bits, direction = info["bits"], info["direction"]
+        out.append(f"  wire width {len(bits)} {direction} {k} \\{port}")
+        for i, b in enumerate(bits):
+            lhs, rhs = f"\\{port} [{i}]", _sig([b])
+            connects.append(f"  connect {rhs} {lhs}" if direction == "input" and
+                            isinstance(b, int) else f"  connect {lhs} {rhs}")
+    for k, info in enumerate(module["cells"].values()):
+        out.append(f"  cell {info['type']} $c{k}")
+        for param, value in info.get("parameters", {}).items():
+            if not re.fullmatch(r"[01xz]+", str(value)):
+                raise ToolError(f"equivalence: cannot write parameter {param}={value!r}")
+            out.append(f"    parameter \\{param} {len(value)}'{value}")
+        for pin, bits in info["connections"].items():
+            out.append(f"    connect \\{pin} {_sig(bits)}")
+        out.append("  end")
+    out += connects
+    out.append("end")
+    return "\n".join(out) + "\n"
+
+
 def _module(doc: dict, top: str) -> dict:
     mods = doc["modules"]
     if top not in mods:
@@ -292,7 +341,8 @@ def _module(doc: dict, top: str) -> dict:
 
 
 def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, liberty: str, *,
-                      rtl_budget_s: float = 30.0, timeout_s: float | None = None) -> str:
+                      rtl_budget_s: float = 30.0, timeout_s: float | None = None,
+                      coarse_file: str | None = None) -> str:
     """Prove the netlist equivalent to the RTL (see the module docstring).
 
     The netlist side is made once (``scripts/equiv_gate.ys``); the reference is first the
@@ -306,6 +356,9 @@ def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, li
         The run folder (Yosys' working folder; logs ``equiv-*.log`` stay there).
     rtl_file, netlist_file, liberty : str
         Paths relative to ``work``.
+    coarse_file : str, optional
+        The coarse-grain design synthesis wrote (:data:`COARSE_FILE`), relative to
+        ``work``; without it the coarse reference is made from ``rtl_file``.
 
     Returns
     -------
@@ -333,8 +386,10 @@ def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, li
     for level, cap in (("rtl", rtl_budget_s), ("coarse", None)):
         if cap is not None and cap <= 0:
             continue
+        read = (f"read_rtlil {coarse_file}" if level == "coarse" and coarse_file
+                else GOLD_PREP[level].format(rtl=rtl_file, top=top))
         try:
-            outcome = _check_level(work, level, rtl_file, gate_text, top, left(cap))
+            outcome = _check_level(work, level, read, gate_text, top, left(cap))
         except ToolError as e:
             reasons.append(f"{level}: {e}")
             continue
@@ -344,7 +399,7 @@ def check_equivalence(work: Path, rtl_file: str, netlist_file: str, top: str, li
     return f"failed: {'; '.join(reasons)} (logs: {work}/equiv-*.log)"
 
 
-def _check_level(work: Path, level: str, rtl_file: str, gate_text: str, top: str,
+def _check_level(work: Path, level: str, gold_read: str, gate_text: str, top: str,
                  limit: float | None) -> str:
     import time
     t_end = None if limit is None else time.monotonic() + limit
@@ -353,8 +408,7 @@ def _check_level(work: Path, level: str, rtl_file: str, gate_text: str, top: str
         return None if t_end is None else max(1.0, t_end - time.monotonic())
 
     gold_json = f"equiv-{level}-gold.json"
-    run_yosys(render_script("equiv_gold.ys", rtl=rtl_file, top=top, gold_json=gold_json,
-                            gold_prep=GOLD_PREP[level].format(top=top)),
+    run_yosys(render_script("equiv_gold.ys", gold_read=gold_read, gold_json=gold_json),
               work, f"equiv-{level}-gold.log", timeout=left())
     gold_doc = json.loads((work / gold_json).read_text())
     (work / gold_json).unlink()
@@ -364,13 +418,12 @@ def _check_level(work: Path, level: str, rtl_file: str, gate_text: str, top: str
     cut_gold, labels = cut_registers(gold, "gold", corr)
     cut_gate, _ = cut_registers(gate, "gate", corr)
     for name, mod in (("gold", cut_gold), ("gate", cut_gate)):
-        (work / f"equiv-{level}-{name}-cut.json").write_text(
-            json.dumps({"modules": {name: mod}}))
+        (work / f"equiv-{level}-{name}-cut.il").write_text(rtlil_module(name, mod))
     del gold_doc, gold, gate, cut_gold, cut_gate
     cex = work / f"equiv-{level}-cex.json"
     try:
-        run_yosys(render_script("equiv_prove.ys", gold=f"equiv-{level}-gold-cut.json",
-                                gate=f"equiv-{level}-gate-cut.json", cex=cex.name),
+        run_yosys(render_script("equiv_prove.ys", gold=f"equiv-{level}-gold-cut.il",
+                                gate=f"equiv-{level}-gate-cut.il", cex=cex.name),
                   work, f"equiv-{level}.log", timeout=left())
     except ToolError:
         if not cex.exists():
@@ -378,7 +431,7 @@ def _check_level(work: Path, level: str, rtl_file: str, gate_text: str, top: str
         return f"differs: {_differences(cex, labels)}; {corr.summary()}"
     finally:
         for name in ("gold", "gate"):
-            (work / f"equiv-{level}-{name}-cut.json").unlink(missing_ok=True)
+            (work / f"equiv-{level}-{name}-cut.il").unlink(missing_ok=True)
     return f"proven: {corr.summary()}"
 
 

@@ -48,8 +48,14 @@ def yosys_command() -> list[str]:
 
 
 def render_script(name: str, **values) -> str:
-    """Fill the ``{{key}}`` placeholders of ``scripts/NAME``; every one must be given."""
+    """Fill the ``{{key}}`` placeholders of ``scripts/NAME``; every one must be given.
+
+    Placeholders in comment lines are refused: a value of several lines would turn the
+    rest of the comment into commands."""
     text = (SCRIPTS / name).read_text()
+    commented = [ln for ln in text.splitlines() if ln.lstrip().startswith("#") and "{{" in ln]
+    if commented:
+        raise KeyError(f"{name}: placeholder in a comment line: {commented[0]!r}")
     missing = sorted(set(re.findall(r"\{\{(\w+)\}\}", text)) - set(values))
     if missing:
         raise KeyError(f"{name}: no value for {missing}")

@@ -35,15 +35,6 @@ def test_unreadable_liberty(capsys, tmp_path, tiny_designs):
     assert "timeout must be a positive number of seconds" in capsys.readouterr().err
 
 
-def test_report_default_set_leaves_out_the_slow_proofs():
-    """`mactile report` with no --designs runs the designs that finish in minutes."""
-    from mactile.rtl.registry import DESIGNS as REAL
-
-    slow = {n for n, d in REAL.items() if not d.in_default_report}
-    assert {"dialect-mse-selector", "nvfp4-tc", "razer-tc"} <= slow
-    assert {"mac-int8", "dialect-quantizer", "dialect-dequantizer", "fp32-adder"}.isdisjoint(slow)
-
-
 def test_report_unknown_design(capsys, tmp_path, tiny_designs):
     assert main(["report", "--designs", "t-mac4", "nope", "-o", str(tmp_path / "r")]) == 2
     assert "unknown design(s) nope" in capsys.readouterr().err

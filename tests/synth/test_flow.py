@@ -91,6 +91,24 @@ def test_broken_netlist_gets_no_numbers(tools, osu018):
     assert not r.ok
 
 
+def test_coarse_level_proves_and_catches_a_fault(tools, osu018):
+    # Without the RTL-level attempt (as for netlists over equiv_rtl_max_cells) the proof
+    # runs against the coarse-grain design synthesis wrote; a one-gate fault is caught there.
+    coarse_only = FlowOptions(equiv_rtl_max_cells=0)
+    _run(RegisteredMac(width=4), "t-mac4", osu018)                 # the netlist, cached
+    good = _run(RegisteredMac(width=4), "t-mac4", osu018, opts=coarse_only)
+    assert good.equivalence == "proven (coarse: 16 register bits paired by name)"
+    assert "equiv" in good.runtime_s and "synth" not in good.runtime_s  # the cached netlist
+
+    def break_one(text):
+        return re.sub(r"^(\s*)NAND2X1 ", r"\1NOR2X1 ", text, count=1, flags=re.M)
+
+    bad = _run(RegisteredMac(width=4), "t-mac4", osu018, opts=coarse_only,
+               netlist_filter=break_one)
+    assert bad.equivalence.startswith("failed: coarse: differs: ") and "acc[" in bad.equivalence
+    assert bad.area_um2 is None
+
+
 def test_timing_flag_and_global_activity(tools, osu018):
     fast = _run(RegisteredMac(width=4), "t-mac4", osu018, clock_ns=0.5)
     assert fast.ok and fast.slack_ns < 0 and fast.meets_timing is False
