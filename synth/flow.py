@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .equivalence import COARSE_FILE, check_equivalence
+from .equivalence import check_equivalence
 from .gatesim import simulate_netlist
 from .pinpower import parse_pin_energies, power_at_rates
 from .activity import ActivityOptions, PortActivity, measure_port_activity, stimulus_for
@@ -270,7 +270,7 @@ def _store_netlist(work: Path, shared: Path) -> None:
     tmp = Path(tempfile.mkdtemp(dir=shared.parent, prefix=".tmp-"))
     for f in work.iterdir():
         if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json",
-                                         "abc.constr", COARSE_FILE)
+                                         "abc.constr")
                             or f.name.startswith(("synth.", "equiv"))):
             shutil.copy2(f, tmp / f.name)
     old = shared.with_name(shared.name + f".old-{os.getpid()}")
@@ -381,9 +381,8 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     reuse = netlist_filter is None and (shared / "netlist.v").exists()
     equivalence = None
     if reuse:
-        # The coarse-grain design (large) only where the check must run again.
         for f in shared.iterdir():
-            if f.is_file() and f.name != COARSE_FILE:
+            if f.is_file():
                 shutil.copy2(f, work / f.name)
         try:
             saved = json.loads((work / "equivalence.json").read_text())
@@ -391,8 +390,6 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
             saved = {}
         if saved.get("key") == ekey:
             equivalence = saved["equivalence"]  # runtime_s then counts this run's work only
-        elif (shared / COARSE_FILE).exists():
-            shutil.copy2(shared / COARSE_FILE, work / COARSE_FILE)
     else:
         t0 = time.perf_counter()
         drive = drive_constraint(lib)
@@ -401,8 +398,7 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
                                 dont_use=dont_use, clock_ps=f"{opts.clock_ns * 1000:.0f}",
                                 constr="-constr abc.constr" if drive else "",
-                                coarse=COARSE_FILE, stat_json="stat.json",
-                                netlist="netlist.v"),
+                                stat_json="stat.json", netlist="netlist.v"),
                   work, "synth.log", timeout=opts.timeout_s)
         times["synth"] = time.perf_counter() - t0
     area, ncells, seq_area, by_type = parse_stat(work / "stat.json", rtl.top)
@@ -422,17 +418,14 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         t0 = time.perf_counter()
         rtl_budget = (opts.equiv_rtl_budget_s if ncells <= opts.equiv_rtl_max_cells
                       else 0.0)
-        coarse = COARSE_FILE if (work / COARSE_FILE).exists() else None
         equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, liberty,
-                                        rtl_budget_s=rtl_budget, timeout_s=opts.timeout_s,
-                                        coarse_file=coarse)
+                                        rtl_budget_s=rtl_budget, timeout_s=opts.timeout_s)
         times["equiv"] = time.perf_counter() - t0
         if netlist_filter is None:
             (work / "equivalence.json").write_text(json.dumps(
                 {"equivalence": equivalence.replace(str(work), "<run folder>"), "times": times,
                  "key": ekey}))
             _store_netlist(work, shared)
-    (work / COARSE_FILE).unlink(missing_ok=True)  # kept once, with the cached netlist
     if not equivalence.startswith("proven"):
         times["total"] = sum(times.values())
         return SynthResult(**base, area_um2=None, cell_count=None, slack_ns=None,

@@ -93,7 +93,7 @@ def test_broken_netlist_gets_no_numbers(tools, osu018):
 
 def test_coarse_level_proves_and_catches_a_fault(tools, osu018):
     # Without the RTL-level attempt (as for netlists over equiv_rtl_max_cells) the proof
-    # runs against the coarse-grain design synthesis wrote; a one-gate fault is caught there.
+    # runs against the RTL after Yosys' coarse-grain passes; a one-gate fault is caught there.
     coarse_only = FlowOptions(equiv_rtl_max_cells=0)
     _run(RegisteredMac(width=4), "t-mac4", osu018)                 # the netlist, cached
     good = _run(RegisteredMac(width=4), "t-mac4", osu018, opts=coarse_only)
