@@ -252,8 +252,8 @@ class GateSim:
 
         self.input_bits = {p: [idx(b) for b in info["bits"]] for p, info in ports.items()
                            if info["direction"] == "input" and p != clock}
-        nodes = []      # (output net, input nets, table) of every output pin
-        states = []     # (instance, next-state input nets, table) of every flip-flop
+        nodes = []      # (output net, variables, table) of every output pin
+        states = []     # (variables, next-state table) of every flip-flop
         self.pin_net: dict[str, int] = {}
         self.clock_pins: set[str] = set()
         for inst, cell in self.module["cells"].items():

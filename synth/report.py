@@ -295,8 +295,17 @@ def plot_groups(results: list[SynthResult], path: Path) -> None:
                                              ([r.power_mw["total"] for r in rs], "power (mW)"))):
             ax = axes[row][col]
             ax.barh(names, vals, color=colors)
+            # A group whose values span more than two decades (decoders beside tensor
+            # cores) on a log axis, so that every bar shows.
+            log = min(vals) > 0 and max(vals) / min(vals) > 100
+            if log:
+                ax.set_xscale("log")
+            for y, v in enumerate(vals):
+                ax.annotate(f"{v:,.0f}" if v >= 1000 else f"{v:.3g}", (v, y), xytext=(3, 0),
+                            textcoords="offset points", va="center", fontsize=7)
+            ax.margins(x=0.3 if log else 0.2)
             ax.invert_yaxis()
-            ax.set_xlabel(label)
+            ax.set_xlabel(label + (" (log scale)" if log else ""))
             ax.set_title(group if col == 0 else f"{group}: power", fontsize=9)
             ax.tick_params(labelsize=8)
     r0 = results[0]
