@@ -57,7 +57,8 @@ GOLD_PREP = {
     "coarse": "read_verilog -sv {rtl}\nsynth -flatten -top {top} -run begin:fine",
 }
 
-#: Flip-flop cell types left after ``async2sync; dffunmap; techmap`` (scripts/equiv_gold.ys, equiv_gate.ys).
+#: Flip-flop cell types left after ``async2sync; dffunmap; techmap`` (scripts/equiv_gold.ys
+#: and equiv_gate.ys).
 _FF_TYPES = {"$_DFF_P_": "posedge", "$_DFF_N_": "negedge"}
 
 

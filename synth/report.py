@@ -148,47 +148,29 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
     results: dict[str, SynthResult] = {}
     say = progress or (lambda s: None)
     t0 = time.perf_counter()
-    parallel = jobs > 1 and len(names) > 1
-    with (ProcessPoolExecutor(max_workers=jobs) if parallel else _Serial()) as pool:
-        rtls = dict(zip(names, pool.map(_design_rtl, names)))
-        order = schedule(rtls, lib.name)
-        todo = [_Job(n, rtls[n], lib, opts, sta, use_cache) for n in order]
-        futures = {pool.submit(_run_job, job): job for job in todo}
-        try:
-            for fut in as_completed(futures):
-                r = fut.result()
-                results[r.design] = r
+    try:
+        if jobs <= 1 or len(names) <= 1:
+            rtls = {n: _design_rtl(n) for n in names}
+            for n in schedule(rtls, lib.name):
+                results[n] = r = _run_job(_Job(n, rtls[n], lib, opts, sta, use_cache))
                 say(_progress_line(r, t0))
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-        finally:
-            _save_timings(list(results.values()))
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                rtls = dict(zip(names, pool.map(_design_rtl, names)))
+                futures = [pool.submit(_run_job, _Job(n, rtls[n], lib, opts, sta, use_cache))
+                           for n in schedule(rtls, lib.name)]
+                try:
+                    for fut in as_completed(futures):
+                        r = fut.result()
+                        results[r.design] = r
+                        say(_progress_line(r, t0))
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+    finally:
+        _save_timings(list(results.values()))
     return [results[n] for n in names]
-
-
-class _Serial:
-    """The pool interface, run in this process (one job, or one design)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def map(self, fn, items):
-        return [fn(x) for x in items]
-
-    def submit(self, fn, arg):
-        from concurrent.futures import Future
-
-        fut = Future()
-        try:
-            fut.set_result(fn(arg))
-        except BaseException as e:  # noqa: BLE001 - delivered through the future
-            fut.set_exception(e)
-        return fut
 
 
 def _progress_line(r: SynthResult, t0: float) -> str:

@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--clock-ns", type=float, default=None, metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--designs", nargs="+", metavar="NAME",
-                   help="designs (default, or 'all': every registered design; about 9 min "
+                   help="designs (default, or 'all': every registered design; about 8 min "
                         "on 2 cores with an empty cache, seconds when cached)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="parallel synthesis jobs (default: the CPUs available)")

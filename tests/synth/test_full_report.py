@@ -1,4 +1,4 @@
-"""The default report on the default library: every registered design (slow: about 9 min on
+"""The default report on the default library: every registered design (slow: about 8 min on
 2 cores with an empty cache)."""
 import json
 
