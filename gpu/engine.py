@@ -25,33 +25,48 @@ from .codegen import TOKEN_TILES, wgmma_source
 from .formats import ENGINE_FORMATS, engine_format_id, engine_traits, engine_traits_header, prelude
 from .runtime import ceil_div, load_source, require_cupy, sm_count
 
-__all__ = ["EngineConfig", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
+__all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "prebuilt_jobs", "SMEM_LIMIT"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
 
 
+#: Consumer schedules: 0 interleaved (decode the next k-step while one wgmma runs; few A
+#: registers, for wide token tiles), 1 batched (decode the whole next stage while the current
+#: stage's wgmmas run; more independent work per warp, for narrow tiles where decode dominates).
+SCHEDULES = (0, 1)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """A tile configuration: ``bn`` tokens per tile (wgmma N), ``stages`` pipeline stages,
-    ``wgs`` consumer warpgroups (64 weight rows each), ``n_ctas`` persistent CTAs (0: one
-    per SM, capped by the work)."""
+    ``wgs`` consumer warpgroups (64 weight rows each; 3-4 only for ``bn <= 64``), ``sched``
+    the consumer schedule (:data:`SCHEDULES`; -1: batched for ``bn <= 64``), ``n_ctas``
+    persistent CTAs (0: :func:`default_ctas`)."""
 
     bn: int
     stages: int
     wgs: int = 2
     n_ctas: int = 0
+    sched: int = -1
 
     def __post_init__(self):
         if self.bn not in TOKEN_TILES:
             raise ValueError(f"EngineConfig.bn must be one of {TOKEN_TILES}, got {self.bn}")
         if not 2 <= self.stages <= 16:
             raise ValueError(f"EngineConfig.stages must lie in [2, 16], got {self.stages}")
-        if self.wgs not in (1, 2):
-            raise ValueError(f"EngineConfig.wgs must be 1 or 2, got {self.wgs}")
+        if self.wgs not in (1, 2, 3, 4) or (self.wgs > 2 and self.bn > 64):
+            raise ValueError(f"EngineConfig.wgs must be 1 or 2 (up to 4 for bn <= 64), got {self.wgs}")
         if self.n_ctas < 0:
             raise ValueError(f"EngineConfig.n_ctas must be >= 0, got {self.n_ctas}")
+        if self.sched not in (-1,) + SCHEDULES:
+            raise ValueError(f"EngineConfig.sched must be one of {SCHEDULES} or -1, got {self.sched}")
+
+    @property
+    def schedule(self) -> int:
+        """The consumer schedule this configuration compiles to."""
+        return self.sched if self.sched >= 0 else (1 if self.bn <= 64 else 0)
 
 
 def _cround(a: int, b: int) -> int:
@@ -71,7 +86,7 @@ def _geometry(fmt: str, bn: int, wgs: int) -> dict:
     else:
         a_bytes = wgs * 64 * 128
     stage = _cround(b_bytes + a_bytes, 1024)
-    epi = wgs * bn * 72 * 2
+    epi = wgs * min(bn, 64) * 72 * 2
     return {"bk": bk, "stage": stage, "epi": epi}
 
 
@@ -92,11 +107,20 @@ def max_stages(fmt: str, bn: int, wgs: int = 2, cap: int = 12) -> int:
 def config_for(fmt: str, M: int) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
     most; 128 for formats with a per-stage FP32 promotion, which keeps two accumulator
-    tiles), the deepest pipeline that fits, two consumer warpgroups."""
-    cap = 128 if engine_traits(fmt)["PROMOTE"] else 256
+    tiles), the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
+    decode's latency) for tiles of at most 64 tokens (16 for NestedFP16, whose fragments
+    take more registers), two above; the batched schedule up to 32 tokens, interleaved above
+    (registers). razer-g128 (eight k-steps of A per stage plus the promotion tile) keeps two
+    warpgroups and batches only up to 16 tokens."""
+    tr = engine_traits(fmt)
+    cap = 128 if tr["PROMOTE"] else 256
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
     bn = min(bn, cap)
-    return EngineConfig(bn, max_stages(fmt, bn, 2), 2)
+    wide_a = tr["PROMOTE"] and tr["A_SRC"] == "A_FRAG"  # razer-g128: 8 k-steps of A per stage
+    planes = tr["A_SRC"] == "A_PLANES"  # NestedFP16: two planes of ldmatrix fragments
+    wgs = 4 if bn <= (16 if planes else 64) and not wide_a else 2
+    sched = 1 if bn <= 32 and not (wide_a and bn > 16) else 0
+    return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
 
 
 # --------------------------------------------------------------------------- source
@@ -109,16 +133,27 @@ def engine_source() -> str:
 
 def engine_name(fmt: str, cfg: EngineConfig) -> str:
     """Kernel name expression of one instantiation."""
-    return f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}>"
+    return f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}>"
 
 
 def _kernel(fmt: str, cfg: EngineConfig):
     return prebuilt.get_kernel(engine_source(), engine_name(fmt, cfg), max_dynamic_smem=smem_bytes(fmt, cfg))
 
 
-def default_ctas(tiles: int, units: int) -> int:
-    """Persistent CTAs: one per SM, capped by the work units."""
-    return max(1, min(sm_count(), units))
+def default_ctas(tiles: int, units: int, sms: int | None = None) -> int:
+    """Persistent CTAs for ``tiles`` output tiles of ``units`` k-blocks in all.
+
+    * fewer tiles than SMs: every tile split into the same number of parts,
+      ``tiles * (sms // tiles)`` CTAs (each shared tile has that many contributors);
+    * otherwise the largest divisor of ``tiles`` that is at most ``sms``, when it keeps at
+      least 90% of the SMs busy (whole tiles per CTA: no partial sums), else one CTA per
+      SM (stream-K: the remainder spread over all SMs).
+    """
+    sms = sms or sm_count()
+    if tiles < sms:
+        return max(1, min(units, tiles * (sms // tiles)))
+    best = max(d for d in range(1, sms + 1) if tiles % d == 0)
+    return best if best >= 0.9 * sms else min(sms, units)
 
 
 # --------------------------------------------------------------------------- workspace
@@ -265,7 +300,7 @@ def instances() -> list[tuple[str, EngineConfig]]:
         cap = 128 if engine_traits(fmt)["PROMOTE"] else 256
         for bn in TOKEN_TILES:
             if bn <= cap:
-                out.append((fmt, EngineConfig(bn, max_stages(fmt, bn, 2), 2)))
+                out.append((fmt, config_for(fmt, bn)))
     return out
 
 

@@ -46,8 +46,9 @@ __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_T
 
 #: Rows per tile in both layouts.
 ROW_TILE = 64
-#: Row padding of the frag layout: the GEMM engine's CTA tile (two 64-row warpgroup tiles).
-FRAG_ROW_PAD = 128
+#: Row padding of the frag layout: the GEMM engine's largest CTA tile (four 64-row
+#: consumer warpgroups).
+FRAG_ROW_PAD = 256
 #: K padding of the frag layout (a group of four 16-wide k-steps).
 FRAG_K_ALIGN = 64
 #: K padding of the rowmajor layout (a 16-byte chunk of codes).

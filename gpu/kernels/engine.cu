@@ -55,15 +55,21 @@ struct EngCfg {
                                  : T::A_SRC == A_PLANES ? 2 * WGS * 64 * 64 : WGS * 64 * 128;
     static constexpr int STAGE_BYTES = cround(B_BYTES + A_BYTES, 1024);
     static constexpr int TX = B_BYTES + (T::A_SRC == A_FRAG ? WGS * (FRAG_CODE + FRAG_SC) : A_BYTES);
+    static constexpr int EPI_TOK = BN < 64 ? BN : 64;     // tokens staged per epilogue pass
     static constexpr int EPI_LD = 72;                      // halves per staged token row
-    static constexpr int EPI_BYTES = WGS * BN * EPI_LD * 2;
+    static constexpr int EPI_BYTES = WGS * EPI_TOK * EPI_LD * 2;
     static constexpr int BAR_OFF = STAGES * STAGE_BYTES + EPI_BYTES;
     static constexpr int SMEM = 1024 + BAR_OFF + 2 * STAGES * 8 + 16;
     static constexpr int THREADS = (WGS + 1) * 128;
+    static constexpr int CT = WGS * 128;                   // consumer threads
     static constexpr int NACC = BN / 2;                    // FP32 accumulators per thread
     static constexpr int SC_T = T::A_SRC == A_FRAG ? (BK / T::BLOCK) * 2 * T::SCALE_BYTES : 0;
+    // registers per consumer thread after setmaxnreg (the producer keeps 40): as many as the
+    // register file gives, in multiples of 8
+    static constexpr int REG_CONSUMER = WGS == 1 ? 240 : WGS == 2 ? 232 : WGS == 3 ? 152 : 112;
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: multiple of 8 in [8, 256]");
-    static_assert(WGS == 1 || WGS == 2, "one or two consumer warpgroups");
+    static_assert(WGS >= 1 && WGS <= 4, "one to four consumer warpgroups");
+    static_assert(WGS <= 2 || BN <= 64, "three or four consumer warpgroups: BN <= 64 (registers)");
     static_assert(SMEM <= 232448, "shared memory over the sm_90 limit");
     static_assert(!T::PROMOTE || BN <= 128, "PROMOTE keeps two accumulator tiles: BN <= 128");
 };
@@ -228,9 +234,33 @@ __device__ __forceinline__ int stripe_owner64(long long u, long long U, int C) {
     return (int)(((u + 1) * C + U - 1) / U) - 1;
 }
 
+// acc[i] = p[i] + acc[i] for a partial-sum slot [NACC/4][CT] float4 (the loads of a chunk
+// of 16 float4 in flight together).
+template <int CT, int NACC>
+__device__ __forceinline__ void engine_add_partial(float (&acc)[NACC], const float* slot, int ct) {
+    const float4* p = reinterpret_cast<const float4*>(slot) + ct;
+    constexpr int CH = NACC / 4 < 16 ? NACC / 4 : 16;
+#pragma unroll
+    for (int j0 = 0; j0 < NACC / 4; j0 += CH) {
+        float4 q[CH];
+#pragma unroll
+        for (int j = 0; j < CH; ++j) q[j] = __ldcg(p + (j0 + j) * CT);
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            float* a4 = acc + 4 * (j0 + j);
+            a4[0] = q[j].x + a4[0];
+            a4[1] = q[j].y + a4[1];
+            a4[2] = q[j].z + a4[2];
+            a4[3] = q[j].w + a4[3];
+        }
+    }
+}
+
 // ------------------------------------------------------------------ epilogue
-// Tile (tt, rc) of this CTA is done: write it (sole owner), or store this CTA's FP32 sums and,
-// if last to arrive, add every contributor's sums in stripe order and write.
+// Tile `tile` of this CTA is done: write it (sole owner), or store this CTA's FP32 sums and,
+// if last to arrive, add every contributor's sums in stripe order and write. The sum is
+// formed in the same order whoever arrives last: (((p_first + p_2) + ...) + p_last), the
+// last arriver inserting its own sums (still in registers) at their place.
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, long long U,
                                                    int n_ctas, long long ubeg, uint8_t* epi, int* s_flag,
@@ -238,7 +268,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
                                                    float* __restrict__ ws, int* __restrict__ counters, int M,
                                                    int N, float out_scale, int out_f32) {
     using C = EngCfg<F, BN, STAGES, WGS>;
-    constexpr int NACC = C::NACC;
+    constexpr int NACC = C::NACC, CT = C::CT;
     const int ct = threadIdx.x - 128, cw = ct >> 7, wi = (ct >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int c = blockIdx.x;
@@ -247,42 +277,59 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
     const long long t_u0 = (long long)tile * KU;
     const int c_first = stripe_owner64(t_u0, U, n_ctas), c_last = stripe_owner64(t_u0 + KU - 1, U, n_ctas);
     if (c_first != c_last) {
-        constexpr int SLOT = WGS * 128 * NACC;
-        // slot 0: the tile is the first of the contributor's stripe; slot 1: its last
-        const int my_slot = 2 * c + (ubeg / KU == tile ? 0 : 1);
-        float* mine = ws + (size_t)my_slot * SLOT;
+        // partial sums as float4 [slot][NACC/4][CT] (coalesced); slot 2c: the tile is the first
+        // of c's stripe, 2c+1: its last. Every later contributor's stripe begins in the tile.
+        constexpr int SLOT = CT * NACC;
+        float4* mine = reinterpret_cast<float4*>(ws + (size_t)(2 * c + (ubeg / KU == tile ? 0 : 1)) * SLOT) + ct;
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) __stcg(mine + i * (WGS * 128) + ct, acc[i]);
+        for (int j = 0; j < NACC / 4; ++j)
+            __stcg(mine + j * CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
         __threadfence();
-        named_sync(1, WGS * 128);
+        named_sync(1, CT);
         if (ct == 0) {
             const int prev = atomicAdd(counters + tile, 1);
             *s_flag = (prev == c_last - c_first) ? 1 : 0;
         }
-        named_sync(1, WGS * 128);
+        named_sync(1, CT);
         if (*s_flag == 0) return;
         __threadfence();
-        // c_first's stripe may begin before this tile (then the tile is its last: slot 1);
-        // every later contributor's stripe begins inside the tile (slot 0)
         const long long b_first = (long long)c_first * U / n_ctas;
         const int first_slot = 2 * c_first + (b_first < t_u0 ? 1 : 0);
-        // in chunks of 8 accumulators: few loads in flight, few registers
+        auto slot_of = [&](int cc) { return cc == c_first ? first_slot : 2 * cc; };
+        // acc = S + acc where S is the in-order sum of the earlier contributors' partials
+        if (c - c_first == 1) {  // one earlier contributor: S is its partial
+            engine_add_partial<CT, NACC>(acc, ws + (size_t)slot_of(c_first) * SLOT, ct);
+        } else if (c > c_first) {  // several: S in chunks of 4 float4
 #pragma unroll
-        for (int i0 = 0; i0 < NACC; i0 += 8) {
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = 0.f;
+            for (int j0 = 0; j0 < NACC / 4; j0 += 4) {
+                float4 v[4];
 #pragma unroll 1
-            for (int cc = c_first; cc <= c_last; ++cc) {
-                const float* p = ws + (size_t)(cc == c_first ? first_slot : 2 * cc) * SLOT + ct;
+                for (int cc = c_first; cc < c; ++cc) {
+                    const float4* p = reinterpret_cast<const float4*>(ws + (size_t)slot_of(cc) * SLOT) + ct;
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    if (i0 + j < NACC) v[j] += __ldcg(p + (i0 + j) * (WGS * 128));
+                    for (int j = 0; j < 4; ++j) {
+                        if (j0 + j < NACC / 4) {
+                            const float4 q = __ldcg(p + (j0 + j) * CT);
+                            if (cc == c_first) v[j] = q;
+                            else v[j] = make_float4(v[j].x + q.x, v[j].y + q.y, v[j].z + q.z, v[j].w + q.w);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (j0 + j < NACC / 4) {
+                        float* a4 = acc + 4 * (j0 + j);
+                        a4[0] = v[j].x + a4[0];
+                        a4[1] = v[j].y + a4[1];
+                        a4[2] = v[j].z + a4[2];
+                        a4[3] = v[j].w + a4[3];
+                    }
+                }
             }
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                if (i0 + j < NACC) acc[i0 + j] = v[j];
         }
+        // then the later contributors in order: acc += p
+#pragma unroll 1
+        for (int cc = c + 1; cc <= c_last; ++cc) engine_add_partial<CT, NACC>(acc, ws + (size_t)(2 * cc) * SLOT, ct);
         if (ct == 0) counters[tile] = 0;  // ready for the next launch (graph replay)
     }
     if (out_f32) {  // FP32 output (tests): straight from the registers
@@ -296,51 +343,60 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         }
         return;
     }
-    // FP16: stmatrix.trans into a [token][feature] tile, then 16-byte stores of whole rows
+    // FP16: per pass of EPI_TOK tokens, stmatrix.trans into a [token][feature] tile, then
+    // 16-byte stores of whole 128-byte rows
     const u32 ebase = smem_u32(epi);
     const int mj = lane >> 3, r = lane & 7;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j += 2) {
-        u32 h[4];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int jj = (j + q < BN / 8) ? j + q : j;
-            float cs0 = out_scale, cs1 = out_scale;
-            if (col_scale) {
-                const int tk = tok0 + 8 * jj + 2 * t;
-                cs0 *= tk < M ? col_scale[tk] : 0.f;
-                cs1 *= tk + 1 < M ? col_scale[tk + 1] : 0.f;
-            }
-            h[2 * q] = f2h2(acc[4 * jj] * cs0, acc[4 * jj + 1] * cs1);          // rows g
-            h[2 * q + 1] = f2h2(acc[4 * jj + 2] * cs0, acc[4 * jj + 3] * cs1);  // rows g+8
-        }
-        // lane l addresses row l%8 of matrix l/8: (features +8 for odd matrices, tokens +8 for 2, 3)
-        int tok = 8 * (j + (mj >> 1)) + r;
-        if (j + 1 >= BN / 8) tok = 8 * j + r;  // odd chunk count: matrices 2, 3 repeat 0, 1
-        stsm_x4_trans(ebase + tok * (C::EPI_LD * 2) + (wi * 16 + (mj & 1) * 8) * 2, h[0], h[1], h[2], h[3]);
-    }
-    named_sync(2 + cw, 128);
     __half* yh = reinterpret_cast<__half*>(y);
-    for (int i = ct & 127; i < BN * 8; i += 128) {
-        const int rr = i >> 3, ch = i & 7;
-        const int tok = tok0 + rr, n = nb + ch * 8;
-        if (tok >= M || n >= N) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(epi + rr * (C::EPI_LD * 2) + ch * 16);
-        __half* dst = yh + (size_t)tok * N + n;
-        if ((N & 7) == 0) {
-            *reinterpret_cast<uint4*>(dst) = v;
-        } else {  // ragged N: element by element (tests)
-            const u32 wd[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int q = 0; q < 8; ++q)
-                if (n + q < N) dst[q] = __ushort_as_half((unsigned short)(wd[q >> 1] >> (16 * (q & 1))));
+    for (int p0 = 0; p0 < BN / 8; p0 += C::EPI_TOK / 8) {  // token chunks of 8 in this pass
+#pragma unroll
+        for (int j = p0; j < p0 + C::EPI_TOK / 8; j += 2) {
+            u32 h[4];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int jj = (j + q < p0 + C::EPI_TOK / 8) ? j + q : j;
+                float cs0 = out_scale, cs1 = out_scale;
+                if (col_scale) {
+                    const int tk = tok0 + 8 * jj + 2 * t;
+                    cs0 *= tk < M ? col_scale[tk] : 0.f;
+                    cs1 *= tk + 1 < M ? col_scale[tk + 1] : 0.f;
+                }
+                h[2 * q] = f2h2(acc[4 * jj] * cs0, acc[4 * jj + 1] * cs1);          // rows g
+                h[2 * q + 1] = f2h2(acc[4 * jj + 2] * cs0, acc[4 * jj + 3] * cs1);  // rows g+8
+            }
+            // lane l addresses row l%8 of matrix l/8 (features +8 for odd matrices, tokens +8
+            // for matrices 2, 3; with an odd chunk count matrices 2, 3 repeat 0, 1)
+            int tok = 8 * (j - p0 + (mj >> 1)) + r;
+            if (j + 1 >= p0 + C::EPI_TOK / 8) tok = 8 * (j - p0) + r;
+            stsm_x4_trans(ebase + tok * (C::EPI_LD * 2) + (wi * 16 + (mj & 1) * 8) * 2, h[0], h[1], h[2], h[3]);
         }
+        named_sync(2 + cw, 128);
+        for (int i = ct & 127; i < C::EPI_TOK * 8; i += 128) {
+            const int rr = i >> 3, ch = i & 7;
+            const int tok = tok0 + 8 * p0 + rr, n = nb + ch * 8;
+            if (tok >= M || n >= N) continue;
+            const uint4 v = *reinterpret_cast<const uint4*>(epi + rr * (C::EPI_LD * 2) + ch * 16);
+            __half* dst = yh + (size_t)tok * N + n;
+            if ((N & 7) == 0) {
+                *reinterpret_cast<uint4*>(dst) = v;
+            } else {  // ragged N: element by element (tests)
+                const u32 wd[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int q = 0; q < 8; ++q)
+                    if (n + q < N) dst[q] = __ushort_as_half((unsigned short)(wd[q >> 1] >> (16 * (q & 1))));
+            }
+        }
+        named_sync(2 + cw, 128);
     }
-    named_sync(2 + cw, 128);
 }
 
 // ------------------------------------------------------------------ the kernel
-template <int F, int BN, int STAGES, int WGS>
+// SCHED 0 (interleaved): one wgmma per k-step, the next k-step decoded while it runs (few A
+// registers: for wide token tiles). SCHED 1 (batched): the whole next stage decoded while
+// the current stage's wgmmas run (two register sets of A; more independent work per warp:
+// for narrow token tiles, where the decode dominates).
+template <int F, int BN, int STAGES, int WGS, int SCHED>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16 or e4m3)
             const __grid_constant__ TensorMap tm_a0,  // A_PLANES: upper plane; A_SMEM: A
@@ -354,6 +410,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     using C = EngCfg<F, BN, STAGES, WGS>;
     using T = EngineFmt<F>;
     constexpr int BK = C::BK, KS = C::KS, NACC = C::NACC;
+    constexpr bool BATCH = SCHED == 1;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const u32 sbase = smem_u32(smem);
@@ -435,20 +492,20 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     }
 
     // -------------------------------------------------------------------- consumers
-    setmaxnreg_inc<WGS == 2 ? 232 : 240>();
-    const int ct = tid - 128;                  // consumer thread 0 .. WGS*128-1
+    setmaxnreg_inc<C::REG_CONSUMER>();
+    const int ct = tid - 128;                  // consumer thread 0 .. CT-1
     const int cw = ct >> 7;                    // consumer warpgroup
     const int wi = (ct >> 5) & 3;              // warp in the warpgroup = its m16 tile
     const int lane = tid & 31;
     const Lut L{l0, l1, l2, l3, lsp};
-    uint8_t* epi = smem + STAGES * C::STAGE_BYTES + cw * BN * C::EPI_LD * 2;
+    uint8_t* epi = smem + STAGES * C::STAGE_BYTES + cw * C::EPI_TOK * C::EPI_LD * 2;
 
     float acc[NACC];
     float tmp[T::PROMOTE ? NACC : 1];
-    u32 a[KS][4];                                    // A registers of the stage's k-steps
-    uint4 wv[T::A_SRC == A_FRAG ? BK / 64 : 1];      // A_FRAG: the stage's code words
-    u64 sc = 0;                                      // A_FRAG: the stage's scale codes
-    u32 pl[2][4];                                    // A_PLANES: ldmatrix of the planes
+    u32 a[BATCH ? 2 : 1][KS][4];                      // A registers of the stage's k-steps
+    uint4 wv[T::A_SRC == A_FRAG ? BK / 64 : 1];       // A_FRAG: the stage's code words
+    u64 sc = 0;                                       // A_FRAG: the stage's scale codes
+    u32 pl[2][4];                                     // A_PLANES: ldmatrix of the planes
 
     int s = 0;
     u32 phase = 0;
@@ -461,35 +518,113 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         // tile prologue: no wgmma in flight
         mbar_wait(bar_full + 8 * s, phase);
         engine_load<F, BN, STAGES, WGS>(smem, s, cw, wi, lane, wv, sc);
-        engine_decode<F, BN, STAGES, WGS>(a, 0, sbase, s, cw, wi, lane, wv, sc, pl, L);
-#pragma unroll 1
-        for (int kb = k_lo; kb <= k_hi; ++kb) {
-            const u32 sb = sbase + s * C::STAGE_BYTES;
-            const bool more = kb < k_hi;             // another k-block of this tile follows
-            const int s_next = s + 1 == STAGES ? 0 : s + 1;
-            const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
-            if constexpr (T::PROMOTE) fence_regs(tmp);
-            fence_regs(acc);
-            // One wgmma per k-step; while it runs, the next k-step's A registers are decoded
-            // (after wgmma_wait<KS-1> at most KS-1 groups are pending, so the registers of the
-            // k-step decoded next -- last read KS wgmmas ago -- are free). The last k-step
-            // decodes the next stage's first one.
+        if constexpr (BATCH) {
 #pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                wgmma_fence();
-                if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a, ks, sb, cw, ks == 0 ? 0 : 1);
-                else engine_mma<F, BN, STAGES, WGS>(acc, a, ks, sb, cw, 1);
-                wgmma_commit();
-                if constexpr (T::PROMOTE) {
+            for (int ks = 0; ks < KS; ++ks)
+                engine_decode<F, BN, STAGES, WGS>(a[0], ks, sbase, s, cw, wi, lane, wv, sc, pl, L);
+        } else {
+            engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s, cw, wi, lane, wv, sc, pl, L);
+        }
+        if constexpr (BATCH) {
+            // ------------------------------------------------ batched: two k-blocks per trip
+#pragma unroll 1
+            for (int kb0 = k_lo; kb0 <= k_hi; kb0 += 2) {
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int kb = kb0 + p;
+                    if (kb > k_hi) break;
+                    const u32 sb = sbase + s * C::STAGE_BYTES;
+                    const bool more = kb < k_hi;
+                    const int s_next = s + 1 == STAGES ? 0 : s + 1;
+                    const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
+                    const u64 sc_cur = sc;
+                    if constexpr (T::PROMOTE) fence_regs(tmp);
+                    fence_regs(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (int ks = 0; ks < KS; ++ks) {
+                        if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a[p], ks, sb, cw, ks == 0 ? 0 : 1);
+                        else engine_mma<F, BN, STAGES, WGS>(acc, a[p], ks, sb, cw, 1);
+                    }
+                    wgmma_commit();
+                    // the next stage's fragments while these wgmmas run (their registers
+                    // a[1-p] were read by the previous stage's group, retired below/before)
+                    if constexpr (!T::PROMOTE) {
+                        wgmma_wait<1>();
+                        if (kb > k_lo) {  // the previous stage's group has retired: release it
+                            __syncwarp();
+                            if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));
+                        }
+                    }
+                    if (more) {
+                        mbar_wait(bar_full + 8 * s_next, ph_next);
+                        engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+#pragma unroll
+                        for (int ks = 0; ks < KS; ++ks)
+                            engine_decode<F, BN, STAGES, WGS>(a[1 - p], ks, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                    }
+                    if constexpr (T::PROMOTE) {
+                        // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
+                        wgmma_wait<0>();
+                        fence_regs(tmp);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bar_empty + 8 * s);
+                        float sg = 1.f, sh = 1.f;
+                        if constexpr (T::SCALE_KIND == SCALE_FP32) {
+                            sg = engine_scale_f32<F>((u32)sc_cur & 0xFFFFu);
+                            sh = engine_scale_f32<F>((u32)(sc_cur >> 16) & 0xFFFFu);
+                        }
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
+                    }
+                    s = s_next;
+                    phase = ph_next;
+                }
+            }
+        } else {
+            // ------------------------------------------------ interleaved
+#pragma unroll 1
+            for (int kb = k_lo; kb <= k_hi; ++kb) {
+                const u32 sb = sbase + s * C::STAGE_BYTES;
+                const bool more = kb < k_hi;             // another k-block of this tile follows
+                const int s_next = s + 1 == STAGES ? 0 : s + 1;
+                const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
+                const u64 sc_cur = sc;
+                if constexpr (T::PROMOTE) fence_regs(tmp);
+                fence_regs(acc);
+                // One wgmma per k-step; while it runs, the next k-step's A registers are decoded
+                // (after wgmma_wait<KS-1> at most KS-1 groups are pending, so the registers of
+                // the k-step decoded next -- last read KS wgmmas ago -- are free). The last
+                // k-step loads and decodes the next stage's first.
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks) {
+                    wgmma_fence();
+                    if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a[0], ks, sb, cw, ks == 0 ? 0 : 1);
+                    else engine_mma<F, BN, STAGES, WGS>(acc, a[0], ks, sb, cw, 1);
+                    wgmma_commit();
                     if (ks + 1 < KS) {
                         wgmma_wait<KS - 1>();
-                        engine_decode<F, BN, STAGES, WGS>(a, ks + 1, sbase, s, cw, wi, lane, wv, sc, pl, L);
-                    }
-                } else {
-                    wgmma_wait<KS - 1>();
-                    if (ks + 1 < KS) {
-                        engine_decode<F, BN, STAGES, WGS>(a, ks + 1, sbase, s, cw, wi, lane, wv, sc, pl, L);
+                        engine_decode<F, BN, STAGES, WGS>(a[0], ks + 1, sbase, s, cw, wi, lane, wv, sc, pl, L);
+                    } else if constexpr (T::PROMOTE) {
+                        // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
+                        wgmma_wait<0>();
+                        fence_regs(tmp);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bar_empty + 8 * s);
+                        float sg = 1.f, sh = 1.f;
+                        if constexpr (T::SCALE_KIND == SCALE_FP32) {
+                            sg = engine_scale_f32<F>((u32)sc_cur & 0xFFFFu);
+                            sh = engine_scale_f32<F>((u32)(sc_cur >> 16) & 0xFFFFu);
+                        }
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
+                        if (more) {
+                            mbar_wait(bar_full + 8 * s_next, ph_next);
+                            engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+                            engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                        }
                     } else {
+                        wgmma_wait<KS - 1>();
                         // every wgmma of the previous stage has retired: release it
                         if (kb > k_lo) {
                             __syncwarp();
@@ -498,32 +633,13 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         if (more) {
                             mbar_wait(bar_full + 8 * s_next, ph_next);
                             engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
-                            engine_decode<F, BN, STAGES, WGS>(a, 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                            engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
                         }
                     }
                 }
+                s = s_next;
+                phase = ph_next;
             }
-            if constexpr (T::PROMOTE) {
-                // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
-                wgmma_wait<0>();
-                fence_regs(tmp);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(bar_empty + 8 * s);
-                float sg = 1.f, sh = 1.f;
-                if constexpr (T::SCALE_KIND == SCALE_FP32) {
-                    sg = engine_scale_f32<F>((u32)sc & 0xFFFFu);
-                    sh = engine_scale_f32<F>((u32)(sc >> 16) & 0xFFFFu);
-                }
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
-                if (more) {
-                    mbar_wait(bar_full + 8 * s_next, ph_next);
-                    engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
-                    engine_decode<F, BN, STAGES, WGS>(a, 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
-                }
-            }
-            s = s_next;
-            phase = ph_next;
         }
         if constexpr (!T::PROMOTE) {
             wgmma_wait<0>();
