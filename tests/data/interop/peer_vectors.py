@@ -103,6 +103,16 @@ def cases(rng: np.random.Generator, shape=SHAPE) -> dict[str, np.ndarray]:
         edge[row, col:col + 32] *= float(v) * 0.25
         edge[row, col + int(rng.integers(0, 32))] = sign * float(v)
     out["pow2-edges"] = edge
+    # A few ulps either side of the FP4 ties, power-of-two block scales (rounding by
+    # adding 0.5 in FP32, as microxcaling's floor(|x| + 0.5), misses some of them).
+    near = np.empty(shape)
+    for b in range(r * c // 32):
+        row, col = divmod(b * 32, c)
+        k = int(rng.integers(-20, 20))
+        vals = [_next(m, int(rng.integers(1, 4)), np.inf if rng.random() < 0.5 else 0.0)
+                for m in mids[rng.integers(0, 7, 31)]]
+        near[row, col:col + 32] = np.ldexp(np.array([4.0] + [float(v) for v in vals]), k)
+    out["near-ties"] = near * rng.choice([-1.0, 1.0], shape)
     res = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
     # Whole tensors at the edges (the tensor scale): all zeros; amax / 2688 below FP32.
     res["all-zero"] = np.zeros(shape, np.float32)
