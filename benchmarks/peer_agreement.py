@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "data" / "interop"
 
 
-def _load_peer_module():
-    spec = importlib.util.spec_from_file_location("peer_vectors", VECTORS / "peer_vectors.py")
-    mod = importlib.util.module_from_spec(spec)
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, VECTORS / f"{name}.py")
+    mod = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
@@ -53,21 +53,31 @@ def load_vectors(path: Path):
     return meta, xs, out
 
 
-def agreement(fmt, xs, peer) -> dict:
-    """Shares of equal elements / codes / scale bytes of ``fmt`` against one configuration."""
-    n = eq = n_codes = eq_codes = n_sc = eq_sc = 0
+def agreement(fmt, xs, peer, bugs=None) -> dict:
+    """Shares of equal elements / codes / scale bytes of ``fmt`` against one configuration;
+    with ``bugs`` (``peer_bugs.explained`` for it) also among the elements no named peer
+    bug touches."""
+    n = eq = n_codes = eq_codes = n_sc = eq_sc = n_clean = eq_clean = 0
     for case, x in xs.items():
         y, codes, scales = peer[case]
         q = fmt.quantize(x)
         mine = q.dequantize()
-        eq += int(same_bits(mine, y).sum())
+        hit = same_bits(mine, y)
+        eq += int(hit.sum())
         n += y.size
+        if bugs is not None:
+            clean = ~bugs(x, q)
+            n_clean += int(clean.sum())
+            eq_clean += int(hit[clean].sum())
         if codes is not None:
             eq_codes += int((q.codes.reshape(codes.shape) == codes).sum())
             n_codes += codes.size
             eq_sc += int((q.scales.reshape(scales.shape) == scales).sum())
             n_sc += scales.size
     res = {"elements": n, "values": eq / n}
+    if bugs is not None:
+        res["values_outside_peer_bugs"] = eq_clean / n_clean
+        res["elements_touched_by_peer_bugs"] = n - n_clean
     if n_codes:
         res["codes"] = eq_codes / n_codes
         res["scales"] = eq_sc / n_sc
@@ -82,7 +92,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from mactile.golden import get_format
 
-    pv = _load_peer_module()
+    pv = _load("peer_vectors")
+    pb = None if args.default_only else _load("peer_bugs")
     rows, table = [], []
     for file in ("torchao.npz", "microxcaling.npz"):
         path = VECTORS / file
@@ -98,21 +109,24 @@ def main(argv=None) -> int:
             if not args.default_only:
                 spec = get_format(fmt_name, convention=convention, **overrides)
                 row["convention"] = spec.describe()
-                row["with_convention"] = agreement(spec, xs, peer)
+                row["with_convention"] = agreement(
+                    spec, xs, peer, lambda x, q, cfg=cfg: pb.explained(cfg, x, q))
             rows.append(row)
 
     def pct(r, k):
         return f"{100 * r[k]:.2f}%" if k in r else "-"
 
     head = ("| peer configuration | mactile format | default: values | codes | scales |"
-            + ("" if args.default_only else " mactile convention | values | codes | scales |"))
+            + ("" if args.default_only else " mactile convention | values | codes | scales | "
+                                            "values outside named peer bugs (elements they touch) |"))
     table += [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         cells = [r["config"], r["format"], pct(r["default"], "values"), pct(r["default"], "codes"),
                  pct(r["default"], "scales")]
         if not args.default_only:
             w = r["with_convention"]
-            cells += [f"`{r['convention']}`", pct(w, "values"), pct(w, "codes"), pct(w, "scales")]
+            cells += [f"`{r['convention']}`", pct(w, "values"), pct(w, "codes"), pct(w, "scales"),
+                      f"{pct(w, 'values_outside_peer_bugs')} ({w['elements_touched_by_peer_bugs']})"]
         table.append("| " + " | ".join(cells) + " |")
     n = rows[0]["default"]["elements"] if rows else 0
     title = (f"Bit-equal share of dequantized values (and of torchao's stored FP4 codes and "

@@ -49,7 +49,6 @@ def cases(rng: np.random.Generator, shape=SHAPE) -> dict[str, np.ndarray]:
     """The named kinds of input, float32 ``shape`` each (rows of 64 = 4 NVFP4 blocks or 2 MX
     blocks). The first ten are ordinary data; the rest aim at one convention or one edge."""
     r, c = shape
-    n = r * c
 
     def blocks_of(v, size):  # one value per block, repeated over it
         return np.repeat(np.asarray(v, np.float64).reshape(r, c // size), size, axis=1)
