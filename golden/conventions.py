@@ -241,9 +241,15 @@ def check_options(fmt_name: str, conv: Convention) -> None:
     allowed = OPTIONS.get(fmt_name, ())
     for k, v in conv.differences().items():
         if k not in allowed:
-            takers = [f for f, opts in OPTIONS.items() if k in opts]
-            raise ValueError(f"{fmt_name}: convention option {k}={v} does not apply "
-                             f"(only {' and '.join(takers)} take it)")
+            raise ValueError(_not_applicable(fmt_name, f"{k}={v}"))
+
+
+def _not_applicable(fmt_name: str, option: str) -> str:
+    name = option.split("=")[0]
+    takers = [f for f, opts in OPTIONS.items() if name in opts]
+    verb = "takes" if len(takers) == 1 else "take"
+    return (f"{fmt_name}: convention option {option} does not apply (only "
+            f"{' and '.join(takers)} {verb} it)")
 
 
 def convention_for(fmt_name: str, preset: str | None = None, **options) -> Convention:
@@ -273,9 +279,7 @@ def convention_for(fmt_name: str, preset: str | None = None, **options) -> Conve
                          f"known: {', '.join(_KINDS)}")
     for k in options:
         if k not in OPTIONS[fmt_name]:
-            takers = [f for f, opts in OPTIONS.items() if k in opts]
-            raise ValueError(f"{fmt_name}: convention option {k} does not apply (only "
-                             f"{' and '.join(takers)} take it)")
+            raise ValueError(_not_applicable(fmt_name, k))
     conv = dataclasses.replace(PRESETS[preset][fmt_name], **options)
     check_options(fmt_name, conv)
     return conv
