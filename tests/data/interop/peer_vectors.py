@@ -45,6 +45,41 @@ def _next(v, k, toward):
     return v
 
 
+def _e4m3_values() -> np.ndarray:
+    vals = [m / 8 * 2.0 ** -6 for m in range(8)]
+    vals += [2.0 ** e * (1 + m / 8) for e in range(-6, 9) for m in range(8)]
+    return np.array(sorted(v for v in vals if v <= 448))
+
+
+def _two_level_order(rng, shape):
+    """NVFP4 with a tensor scale ``T``: block maxima whose scale arguments ``amax/(T*6)``
+    and ``(amax/6)/T`` fall on different sides of an E4M3 midpoint, and elements at FP4
+    ties of ``T * s`` (where ``x/(T*s)`` and ``x*((1/T)/s)`` part)."""
+    f = np.float32
+    x = rng.uniform(-1, 1, shape) * 0.25
+    r, c = shape
+    big = f(rng.uniform(1500, 2500))
+    t = big / f(2688)
+    vals = _e4m3_values()
+    fp4_ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    for b in range(1, r * c // 16):
+        row, col = divmod(b * 16, c)
+        for _ in range(200):  # a midpoint and a block max a few ulps around mid * T * 6
+            i = int(rng.integers(24, len(vals) - 2))
+            lo, hi = vals[i], vals[i + 1]
+            mid = (lo + hi) / 2
+            a = _next(mid * 6 * float(t), int(rng.integers(0, 8)), 0.0 if rng.random() < .5 else np.inf)
+            s1, s2 = a / (t * f(6)), (a / f(6)) / t
+            if (s1 - mid) * (s2 - mid) < 0 or (s1 == mid) != (s2 == mid):
+                break
+        x[row, col:col + 16] *= float(a)
+        x[row, col] = float(a)
+        x[row, col + 1:col + 8] = fp4_ties * float(f(float(t) * lo))  # ties of either scale
+        x[row, col + 8:col + 15] = fp4_ties * float(f(float(t) * hi))
+    x[0, 0] = big
+    return x
+
+
 def cases(rng: np.random.Generator, shape=SHAPE) -> dict[str, np.ndarray]:
     """The named kinds of input, float32 ``shape`` each (rows of 64 = 4 NVFP4 blocks or 2 MX
     blocks). The first ten are ordinary data; the rest aim at one convention or one edge."""
@@ -96,7 +131,7 @@ def cases(rng: np.random.Generator, shape=SHAPE) -> dict[str, np.ndarray]:
         row, col = divmod(b * 32, c)
         sign = 1 if b % 2 else -1
         below = b % 4 < 2
-        ulps = int(rng.integers(1, 24))
+        ulps = int(rng.integers(0, 24))  # 0: exactly 2**k (CEIL vs FLOOR)
         v = _next(2.0 ** k, ulps, 0.0 if below else np.inf) if below else \
             _next(6 * 2.0 ** k, ulps, np.inf)  # RCEIL: amax / 6 just above 2**k
         edge[row, col:col + 32] *= float(v) * 0.25
@@ -112,6 +147,7 @@ def cases(rng: np.random.Generator, shape=SHAPE) -> dict[str, np.ndarray]:
                 for m in mids[rng.integers(0, 7, 31)]]
         near[row, col:col + 32] = np.ldexp(np.array([4.0] + [float(v) for v in vals]), k)
     out["near-ties"] = near * rng.choice([-1.0, 1.0], shape)
+    out["two-level-order"] = _two_level_order(rng, shape)
     res = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
     # Whole tensors at the edges (the tensor scale): all zeros; amax / 2688 below FP32.
     res["all-zero"] = np.zeros(shape, np.float32)
