@@ -452,6 +452,16 @@ class NestedFPLinear:
         if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
             cp.matmul(x, self.weight.T, out=y)
             return y
+        from ..engine import EngineConfig, gemm_fp8, gemm_planes  # noqa: PLC0415
+        if isinstance(config, EngineConfig):  # the GEMM engine (TMA, mbarrier pipeline, wgmma)
+            if mode == "fp16":
+                return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y)
+            buf = self._fp8.get(m)
+            if buf is None:
+                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
+                                      cp.empty((m,), dtype=cp.float32))
+            xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag)
+            return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y)
         scfg = config if isinstance(config, StreamConfig) else None
         if config is None:
             scfg = choose_stream(m, self.n, self.k, mode)
