@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .conventions import Convention
+
 __all__ = ["BlockFormat", "Quantized", "InputError", "check_input", "row_max", "row_sum"]
 
 #: Elements handled per chunk: large enough to amortise NumPy's per-call overhead, small
@@ -170,10 +172,19 @@ class BlockFormat(abc.ABC):
     def describe(self) -> str:
         """One line naming the format and every option."""
         def show(v):
+            if isinstance(v, Convention):
+                return repr(v.label(self.name))
             return repr(v.value) if isinstance(v, enum.Enum) else repr(v)
 
         opts = ", ".join(f"{f.name}={show(getattr(self, f.name))}" for f in dataclasses.fields(self))
         return f"{self.name}({opts})"
+
+    def is_default_convention(self) -> bool:
+        """True unless the format's :class:`~.conventions.Convention` (NVFP4, MXFP4) has a
+        non-default option. RTL generators and GPU packers implement the default only and
+        refuse the rest (:func:`~.conventions.require_default_convention`)."""
+        conv = getattr(self, "convention", None)
+        return conv is None or conv.is_default
 
     def quantize(self, x) -> Quantized:
         """Quantize ``x`` (floating point, blocks along the last axis)."""
