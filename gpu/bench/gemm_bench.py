@@ -12,6 +12,7 @@ times, with :mod:`.harness` (CUDA-graph replay, weights rotated over >= 4x L2, r
 * for M <= 8 the alternatives ``w4a16_cc`` (CUDA-core GEMV), ``w4a4_gemv`` and
   ``w4a4_quant+gemv`` (ReSET, nvfp4), so the crossover table can be written;
 * baselines ``cublas_fp16`` (``torch.matmul``) and ``torch_fp8`` (``torch._scaled_mm``);
+* optionally ReSET's step-aware temperature sampler (``temperature=True``);
 
 after checking each kernel's output on sampled output columns (FP4: against the golden
 float64 product within the FP32-accumulation bound; NestedFP: against the float64 GEMM of
@@ -38,6 +39,7 @@ from .harness import (make_record, plot_records, rotation_count, streaming_read_
                       torch_baselines)
 
 __all__ = ["SHAPES", "M_VALUES", "FORMATS", "KINDS", "run_benchmark", "summary_table", "crossover_table",
+           "bench_temperature", "temperature_table",
            "QUICK_SHAPES", "random_quantized", "plot", "geomean_table"]
 
 #: (model, layer, K, N)
@@ -286,6 +288,28 @@ def _check(ctx, kern, kind, y_dev, x_host, q, cols, first):
     return {"rel_l2_vs_fp16_product": rel}
 
 
+def bench_temperature(ctx, *, batches=(1, 8), vocab=151936, clusters=(8, 16)):
+    """ReSET temperature step: one launch per decoding step, logits rotated over 4x L2, for
+    each cluster size (CTAs per sequence)."""
+    cp = ctx.cp
+    from ..temperature import StepAwareTemperatureGPU
+    for cl in clusters:
+        for B in batches:
+            for dt in (np.float32, np.float16):
+                n = rotation_count(B * vocab * np.dtype(dt).itemsize, l2_bytes=ctx.info["l2_bytes"])
+                zs = [cp.asarray((ctx.rng.standard_normal((B, vocab)) * 3).astype(dt)) for _ in range(n)]
+                mask = cp.asarray((ctx.rng.random(vocab) < 0.01).astype(np.uint8))
+                s = StepAwareTemperatureGPU(B, seed=3, cluster=cl)
+                s.step(zs[0], mask, sync=True)
+                t = time_launches(lambda i: s.step(zs[i], mask), n_sets=n)
+                ctx.records.append(make_record(kernel="reset_temperature", format=np.dtype(dt).name, K=vocab, N=B,
+                                               M=B, timing=t, bytes_moved=B * vocab * np.dtype(dt).itemsize,
+                                               baseline_fp16_us=None, read_peak_tbps=None, device=ctx.info,
+                                               extra={"model": "ReSET sampler", "layer": f"batch {B}",
+                                                      "cluster": cl}))
+                ctx.log(f"reset_temperature cluster={cl} B={B} V={vocab} {np.dtype(dt).name}: {t.median_us:.2f} us")
+
+
 def _copy(pw):
     from ..packing import PackedW4A16
     lays = {k: {kk: (v.copy() if hasattr(v, "copy") and hasattr(v, "shape") else v) for kk, v in lay.items()}
@@ -301,7 +325,7 @@ def _nfp_copy(layer):
 
 
 def run_benchmark(*, shapes=None, Ms=None, kinds=None, baselines=("fp16", "fp8"), seed: int = 7,
-                  log=print) -> dict:
+                  temperature: bool = False, log=print) -> dict:
     """Run the benchmark; returns ``{"meta": ..., "records": [...]}``."""
     cp = require_cupy()
     info = device_info()
@@ -317,11 +341,21 @@ def run_benchmark(*, shapes=None, Ms=None, kinds=None, baselines=("fp16", "fp8")
         log(f"{model} {layer}: K={K} N={N}")
         _bench_shape(ctx, model, layer, K, N, Ms, kinds, baselines)
         cp.get_default_memory_pool().free_all_blocks()
+    if temperature:
+        bench_temperature(ctx)
     meta = {"device": info, "read_peak_1gib_tbps": peak_1g, "seconds": time.time() - t0,
             "shapes": [list(s) for s in shapes], "M": list(Ms), "kinds": kinds,
             "method": "CUDA-graph replay, median of 15 replays; weights rotated over >= 4x L2; "
                       "random codes/scales; correctness on 96 sampled columns before timing"}
     return {"meta": meta, "records": ctx.records}
+
+
+def temperature_table(records) -> str:
+    rows = [r for r in records if r["kernel"] == "reset_temperature" and r["time_us"]]
+    lines = ["| CTAs per sequence | batch | vocabulary | logits | time per step (us) |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.get('cluster', 8)} | {r['N']} | {r['K']} | {r['format']} | {r['time_us']:.2f} |")
+    return "\n".join(lines)
 
 
 def crossover_table(records) -> dict:

@@ -1,16 +1,18 @@
 """``mactile bench``: benchmarks that need a GPU (``mactile bench gpu``)."""
 from __future__ import annotations
 
+import argparse
+
 from mactile.cli.common import CliError
 
 
-def _int_list(s: str) -> list[int]:
+def _int_list(s: str, lowest: int = 1) -> list[int]:
     try:
         vals = [int(v) for v in s.split(",")]
     except ValueError:
-        raise CliError(f"expected comma-separated integers, got {s!r}") from None
-    if not vals or min(vals) < 1:
-        raise CliError(f"expected positive integers, got {s!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+    if not vals or min(vals) < lowest:
+        raise argparse.ArgumentTypeError(f"expected integers >= {lowest}, got {s!r}")
     return vals
 
 
@@ -28,9 +30,10 @@ def register(sub) -> None:
     g.add_argument("--m", type=_int_list, metavar="M,M,...", help="comma-separated M values")
     g.add_argument("--formats", type=lambda s: s.split(","), metavar="F,F,...",
                    help="subset of nvfp4,mxfp4,razer,razer-g128,nestedfp16,nestedfp8,flexq-w6a6")
-    g.add_argument("--shapes", type=_int_list, metavar="I,I,...",
+    g.add_argument("--shapes", type=lambda s: _int_list(s, 0), metavar="I,I,...",
                    help="indices into the shape list (see mactile.gpu.bench.gemm_bench.SHAPES)")
     g.add_argument("--tuning-out", help="write the measured crossover (tuning) table (JSON) here as well")
+    g.add_argument("--temperature", action="store_true", help="also time ReSET's temperature sampler step")
     g.add_argument("--name", default="gpu_gemm", help="file name stem (default gpu_gemm)")
     g.set_defaults(func=run_gpu)
 
@@ -62,13 +65,15 @@ def run_gpu(args) -> int:
         bad = [f for f in args.formats if f not in gb.KINDS]
         if bad:
             raise CliError(f"unknown formats {bad}; choose from {list(gb.KINDS)}")
-    res = gb.run_benchmark(shapes=shapes, Ms=Ms, kinds=args.formats)
+    res = gb.run_benchmark(shapes=shapes, Ms=Ms, kinds=args.formats, temperature=args.temperature)
     stem = out / args.name
     write_json(res["records"], f"{stem}.json", meta=res["meta"])
     table = gb.summary_table(res["records"], Ms=[m for m in (1, 8, 16, 64, 256, 1024, 4096) if m in Ms])
     geo = gb.geomean_table(res["records"])
+    ttable = gb.temperature_table(res["records"]) if args.temperature else ""
     Path(f"{stem}.md").write_text("## Speedup over cuBLAS FP16\n\n" + table + "\n\n## Geometric mean over shapes "
-                                  "(and the smallest shape's ratio to it)\n\n" + geo + "\n")
+                                  "(and the smallest shape's ratio to it)\n\n" + geo + "\n"
+                                  + (f"\n## ReSET temperature step\n\n{ttable}\n" if ttable else ""))
     cx = gb.crossover_table(res["records"])
     cx["device"] = res["meta"]["device"]["name"]
     cx["date"] = res["meta"]["device"]["date"]
