@@ -19,7 +19,7 @@ help:
 	@echo "make test      install everything and run the test suite (CI runs this)"
 	@echo "make test-slow the long sweeps marked slow (extra random runs, full synthesis report)"
 	@echo "make test-gpu  run the GPU tests (on a machine with a CUDA GPU and CuPy)"
-	@echo "make bench-gpu run the FP4 GPU benchmark (JSON, PNG, table in out/bench-gpu)"
+	@echo "make bench-gpu run the GPU benchmark of every format (JSON, PNG, tables in out/bench-gpu)"
 	@echo "make bench     run the CPU benchmarks and print their tables"
 	@echo "make bench-sim checked vectors/s of every MAC per simulator, MAC suite time (docs/results)"
 
