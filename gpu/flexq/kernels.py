@@ -301,7 +301,7 @@ class FlexQLinear:
     act_bits : default activation width, 6 (W6A6) or 8 (W6A8, FlexQ's down_proj).
     singles : how an odd plane pair is issued: 'k128' (m16n8k128) or 'k256' (zero half).
     pdl_launch : launch the GEMM with programmatic dependent launch after the activation
-        quantize kernel (None: when ``cuda.bindings`` imports); results are identical.
+        quantize kernel (None: when the CUDA driver library loads); results are identical.
     """
 
     def __init__(self, weight, *, act_bits: int = 6, singles: str = "k128",
@@ -309,10 +309,10 @@ class FlexQLinear:
         cp = runtime.require_cupy()
         # Programmatic dependent launch of the GEMM after the activation quantize launch
         # (the GEMM streams its first weights while the activations are packed); None: when
-        # cuda.bindings is importable.
+        # the driver library loads (mactile.gpu.launch).
         self.pdl_launch = pdl.available() if pdl_launch is None else bool(pdl_launch)
         if self.pdl_launch and not pdl.available():
-            raise ValueError("flexq: pdl_launch=True needs the cuda-bindings package")
+            raise ValueError("flexq: pdl_launch=True needs the CUDA driver library (libcuda)")
         if act_bits not in ACT_BITS:
             raise ValueError(f"flexq: act_bits must be one of {ACT_BITS}, got {act_bits}")
         if singles not in ("k128", "k256"):

@@ -9,8 +9,9 @@
 //     load of the activations (128-byte swizzle, zero fill outside M x K) and the weights'
 //     bulk copies -- 1-D copies of the pre-tiled FP4 fragments, or tensor-map tiles of the
 //     NestedFP byte planes -- all completing on the stage's `full` mbarrier;
-//   * warpgroups 1..WGS are consumers (setmaxnreg: 40 registers for the producer, 232 for
-//     consumers): wait `full`, turn the weight fragment into the wgmma A operand in registers
+//   * warpgroups 1..WGS are consumers (WGS = 1..4; with 1-2, setmaxnreg gives the producer 40
+//     registers and the consumers 232): wait `full`, turn the weight fragment into the wgmma A
+//     operand in registers
 //     (the format's policy below), issue wgmma with B from shared memory, and release the
 //     stage on its `empty` mbarrier once the wgmmas that read it have retired;
 //   * persistent CTAs walk equal stripes of the (output tile, k-block) sequence (stream-K;
@@ -21,7 +22,8 @@
 //     [token][feature] shared tile -> coalesced 16-byte stores.
 //
 // The format enters only through EngineFmt<F> (generated from the golden specs by
-// mactile.gpu.formats) and the fragment policy selected on its A_SRC:
+// mactile.gpu.formats) and the fragment policy selected on its A_SRC (docs/gpu.md, "Adding a
+// format to the engine"):
 //   A_FRAG   FP4 codes in the `frag` layout (one 32-bit word = one lane's m16n8k16 A fragment
 //            for one k-step), decoded in registers: bit placement (nvfp4, mxfp4) or the prmt
 //            lookup with RaZeR's special value folded in (razer, razer-g128);

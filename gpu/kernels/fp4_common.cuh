@@ -73,29 +73,6 @@ template <int F>
 __device__ __forceinline__ float scale_f32(u32 code) {
     return __uint_as_float((code & Fmt<F>::SCALE_MASK) << Fmt<F>::F32_SHIFT) * Fmt<F>::F32_MUL;
 }
-// Two scale codes (lo, hi 16-bit halves of `pair`) -> f16x2 of the FP16 scale payloads
-// (without F16_MUL).
-template <int F>
-__device__ __forceinline__ u32 scale_f16x2_bits(u32 code_lo, u32 code_hi) {
-    return ((code_lo & Fmt<F>::SCALE_MASK) << Fmt<F>::F16_SHIFT) |
-           (((code_hi & Fmt<F>::SCALE_MASK) << Fmt<F>::F16_SHIFT) << 16);
-}
-
-// Scale codes of rows g (bits 7..0) and g+8 (bits 15..8) of a one-byte-scale format ->
-// f16x2 (s_g, s_g8) * 2^-prescale, exact. E4M3 converts in hardware (sm_89+, low byte to
-// low half); E3M3 (RaZeR, metadata in bits 7..6) by bit placement.
-template <int F>
-__device__ __forceinline__ u32 scale_pair_f16(u32 pair) {
-    if constexpr (F == 0) {
-        u32 h;
-        const unsigned short p16 = (unsigned short)pair;
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(p16));
-        return hmul2u(h, Fmt<F>::F16X2_PRESCALE);
-    } else {
-        return hmul2u(scale_f16x2_bits<F>(pair & 0xFFu, pair >> 8), Fmt<F>::F16X2_MUL);
-    }
-}
-
 // ------------------------------------------------------------------ async copies
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     return (u32)__cvta_generic_to_shared(p);

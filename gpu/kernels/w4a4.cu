@@ -156,12 +156,12 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
 #pragma unroll
                 for (int q = 0; q < 4; ++q) cr = dp4a_us(0x40404040u, aw[m][q], cr);
                 corr[m] = cr;
-                sa[m] = scale_f32<0>(as[m * (RM_KC / 16) + lane]) * (LUT_INV_SCALE * LUT_INV_SCALE);
+                sa[m] = scale_f32<FID_NVFP4>(as[m * (RM_KC / 16) + lane]) * (LUT_INV_SCALE * LUT_INV_SCALE);
             }
             const uint2 sv = *reinterpret_cast<const uint2*>(sc + (warp * RmScales<0>::NB + lane) * 8);
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-                const float sw = scale_f32<0>(((i < 4 ? sv.x : sv.y) >> (8 * (i & 3))) & 0xFFu);
+                const float sw = scale_f32<FID_NVFP4>(((i < 4 ? sv.x : sv.y) >> (8 * (i & 3))) & 0xFFu);
                 const uint2 w8 = *reinterpret_cast<const uint2*>(st + (warp * 8 + i) * (RM_KC / 2) + 8 * lane);
                 u32 b[4];
                 lut8(w8.x, L.p0, L.p0, L, b[0], b[1]);
@@ -262,7 +262,7 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
             }
             const float arg = __fdiv_rn(ab, d6);
             sc = (u8)__nv_cvt_float_to_fp8(arg, __NV_SATFINITE, __NV_E4M3);
-            const float sval = mt::scale_f32<0>(sc);
+            const float sval = mt::scale_f32<FID_NVFP4>(sc);
             const float denom = __fmul_rn(d32, sval);
             u32 lo = 0u, hi = 0u;
 #pragma unroll

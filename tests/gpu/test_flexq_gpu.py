@@ -219,7 +219,7 @@ def test_pdl_launch_identical(cp, rng, cfg, monkeypatch):
     from mactile.gpu import pdl
     from mactile.gpu.flexq.kernels import FlexQLinear, GemmConfig
     if not pdl.available():
-        pytest.skip("cuda.bindings not importable: no PDL launches")
+        pytest.skip("the CUDA driver library does not load: no PDL launches")
     w = (rng.standard_normal((200, 640)) * 0.05).astype(np.float16)
     qw = IntGroup(bits=6).quantize(w)
     from mactile.gpu.flexq import kernels as fk
