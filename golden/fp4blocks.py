@@ -39,6 +39,11 @@ _FP4_VALUES = FP4_E2M1.values
 SPECIAL_CODE = 0b0000
 #: FP4 code that holds a real zero in RaZeR blocks (-0).
 ZERO_CODE = 0b1000
+#: Smallest magnitude that rounds to Inf in FP32 (RNE): FP32's largest plus half an ulp.
+_FP32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
+#: MXFP4 refuses a block whose largest magnitude needs a scale exponent above E8M0's
+#: largest (127): floor(log2 amax) - 2 > 127.
+_MXFP4_OVERFLOW = 2.0 ** 130
 #: Special magnitudes are 6 + a 4-bit sign-magnitude offset in [-3.5, 3.5] (steps of 0.5).
 SPECIAL_MIN, SPECIAL_MAX = 2.5, 9.5
 
@@ -207,6 +212,10 @@ class _TwoLevelFP4(BlockFormat):
         """Signed special values to try per block, in tie-break order (empty: none)."""
         return ()
 
+    def input_range(self):
+        return (_FP32_OVERFLOW, f"{self.name} takes |x| <= {float(np.finfo(_F32).max):.8g}: "
+                                f"it computes in FP32")
+
     def _tensor_params(self, flat):
         return {"tensor_scale": _tensor_scale(flat, self.scale_format.max_value * 6.0)}
 
@@ -227,12 +236,7 @@ class _TwoLevelFP4(BlockFormat):
         d32 = ctx["tensor_scale"]
         with np.errstate(over="ignore"):
             x32 = _fp32(xb)
-        amax = _row_amax(x32)
-        if not np.isfinite(amax).all():  # float64 input beyond FP32's range
-            i = np.unravel_index(int(np.argmin(np.isfinite(x32))), x32.shape)
-            raise InputError(f"{self.name}: value {np.asarray(xb)[i]} exceeds the FP32 range "
-                             f"(|x| <= {float(np.finfo(np.float32).max):.8g}) that "
-                             f"{self.name} computes in")
+        amax = _row_amax(x32)  # finite: input_range refused what rounds to FP32 Inf
         cands = self._candidates()
         if not cands:
             s_code, _, scaled = self._scale_pipeline(x32, amax, d32, 6.0)
@@ -468,13 +472,18 @@ class MXFP4(BlockFormat):
 
     Scale ``2**(floor(log2 amax_i) - 2)`` (2 = the largest FP4 exponent), elements
     rounded to nearest even and saturated at +-6. An all-zero block gets scale code 0
-    (``2**-127``). Scale exponents clamp to E8M0's range [-127, 127].
+    (``2**-127``). Scale exponents below -127 clamp to it; a block that would need one
+    above 127 (``amax >= 2**130``) is refused (:meth:`input_range`).
     """
 
     block_size: int = 32
 
     name: ClassVar[str] = "mxfp4"
     reference: ClassVar[str] = "OCP Microscaling Formats (MX) v1.0, Sec. 5-6"
+
+    def input_range(self):
+        return (_MXFP4_OVERFLOW, f"mxfp4 takes |x| < 2**130 = {_MXFP4_OVERFLOW:.8g}: a "
+                "larger block would need a scale above E8M0's largest, 2**127")
 
     def _quantize_blocks(self, xb, ctx):
         x = np.asarray(xb)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from mactile.golden.fileio import atomic_outputs, atomic_write
+
 from .flow import FlowOptions, SynthResult, synthesize
 from .libraries import Library, cache_dir
 from .rtl import Rtl
@@ -98,11 +100,7 @@ def _save_timings(results: list[SynthResult]) -> None:
     if not fresh:
         return
     data = {**_load_timings(), **fresh}
-    path = _timings_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(_timings_file(), json.dumps(data, indent=1, sort_keys=True), make_parents=True)
 
 
 def schedule(rtls: dict[str, Rtl], pdk: str) -> list[str]:
@@ -305,14 +303,11 @@ def report_files(out_dir: Path) -> dict[str, Path]:
 
 def write_report(results: list[SynthResult], out_dir: Path, *, plots: bool = True) -> dict[str, Path]:
     """Write the JSON/CSV/Markdown (and PNG) report into ``out_dir``, all or nothing."""
-    from mactile.cli.common import atomic_outputs
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = report_files(out_dir)
+    files = report_files(Path(out_dir))
     if not plots:
         files.pop("png")
     keys = list(files)
-    with atomic_outputs(*files.values()) as tmps:
+    with atomic_outputs(*files.values(), make_parents=True) as tmps:
         tmp = dict(zip(keys, tmps))
         tmp["json"].write_text(json.dumps([r.record() for r in results], indent=1) + "\n")
         tmp["csv"].write_text(format_csv(results))

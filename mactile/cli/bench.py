@@ -1,7 +1,18 @@
 """``mactile bench``: benchmarks that need a GPU (``mactile bench gpu``)."""
 from __future__ import annotations
 
-from mactile.cli.common import CliError
+from mactile.cli.common import (CliError, atomic_outputs, atomic_write, check_output_dir,
+                                check_output_file, int_at_least, int_list)
+
+
+def _names(text: str) -> list[str]:
+    """An argparse type: comma-separated names."""
+    import argparse
+
+    parts = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return parts
 
 
 def register(sub) -> None:
@@ -13,9 +24,10 @@ def register(sub) -> None:
                                     "markdown table.")
     g.add_argument("-o", "--out", default="out/bench-gpu", help="output folder (default out/bench-gpu)")
     g.add_argument("--quick", action="store_true", help="three shapes, M in 1, 8, 16, 256")
-    g.add_argument("--m", type=lambda s: [int(v) for v in s.split(",")], help="comma-separated M values")
-    g.add_argument("--formats", type=lambda s: s.split(","), help="subset of nvfp4,razer,razer-g128")
-    g.add_argument("--shapes", type=lambda s: [int(v) for v in s.split(",")],
+    g.add_argument("--m", type=int_list(1, "positive integer"), metavar="M[,M...]",
+                   help="comma-separated M values")
+    g.add_argument("--formats", type=_names, help="subset of nvfp4,razer,razer-g128")
+    g.add_argument("--shapes", type=int_list(0, "non-negative integer"), metavar="I[,I...]",
                    help="indices into the shape list (see mactile.gpu.bench.fp4_bench.SHAPES)")
     g.add_argument("--tuning-out", help="write the measured crossover table (JSON) here as well")
     g.add_argument("--name", default="gpu_fp4", help="file name stem (default gpu_fp4)")
@@ -26,6 +38,12 @@ def run_gpu(args) -> int:
     import json
     from pathlib import Path
 
+    if not args.name or "/" in args.name or args.name in (".", ".."):
+        raise CliError(f"--name must be a file name stem without '/', got {args.name!r}")
+    out = check_output_dir(args.out)
+    if args.tuning_out:
+        check_output_file(args.tuning_out, what="--tuning-out file")
+
     from mactile.gpu.runtime import gpu_skip_reason
 
     why = gpu_skip_reason()
@@ -34,8 +52,6 @@ def run_gpu(args) -> int:
     from mactile.gpu.bench import fp4_bench as fb
     from mactile.gpu.bench.harness import write_json
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     shapes = fb.SHAPES
     Ms = args.m or fb.M_VALUES
     if args.quick:
@@ -51,21 +67,25 @@ def run_gpu(args) -> int:
             raise CliError(f"unknown formats {bad}; choose from {list(fb.FORMATS)}")
     res = fb.run_benchmark(shapes=shapes, Ms=Ms, formats=args.formats)
     stem = out / args.name
-    write_json(res["records"], f"{stem}.json", meta=res["meta"])
     table = fb.summary_table(res["records"], Ms=[m for m in (1, 2, 4, 8, 16, 64, 256) if m in Ms])
     ttable = fb.temperature_table(res["records"])
-    Path(f"{stem}.md").write_text(table + "\n\n" + ttable + "\n")
     cx = fb.crossover_table(res["records"])
     cx["device"] = res["meta"]["device"]["name"]
     cx["date"] = res["meta"]["device"]["date"]
-    Path(f"{stem}_crossover.json").write_text(json.dumps(cx, indent=1))
+    files = [Path(f"{stem}{ext}") for ext in (".json", ".md", "_crossover.json")]
+    with atomic_outputs(*files, make_parents=True) as (tj, tm, tc):
+        write_json(res["records"], str(tj), meta=res["meta"])
+        tm.write_text(table + "\n\n" + ttable + "\n")
+        tc.write_text(json.dumps(cx, indent=1))
     if args.tuning_out:
-        Path(args.tuning_out).write_text(json.dumps(cx, indent=1))
+        atomic_write(args.tuning_out, json.dumps(cx, indent=1), what="--tuning-out file")
     try:
-        fb.plot(res["records"], f"{stem}.png")
+        with atomic_outputs(f"{stem}.png") as (tp,):
+            fb.plot(res["records"], str(tp))
     except ImportError as e:
         print(f"(no plot: {e})")
     print(table)
     print(ttable)
     print(f"wrote {stem}.json, {stem}.md, {stem}_crossover.json, {stem}.png")
     return 0
+
