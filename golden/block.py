@@ -24,6 +24,7 @@ import concurrent.futures
 import dataclasses
 import enum
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -273,6 +274,10 @@ class BlockFormat(abc.ABC):
     allowed_block_sizes: ClassVar[tuple[int, ...] | None] = None
 
     def __post_init__(self):
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, numbers.Integral):
+            raise TypeError(f"{self.name}: block size must be an integer, got "
+                            f"{self.block_size!r} ({type(self.block_size).__name__})")
+        object.__setattr__(self, "block_size", int(self.block_size))
         if self.allowed_block_sizes is not None and self.block_size not in self.allowed_block_sizes:
             raise ValueError(f"{self.name}: block size must be one of "
                              f"{self.allowed_block_sizes}, got {self.block_size}")

@@ -26,7 +26,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, InputError, row_max, row_sum
+from . import validate
+from .block import BlockFormat, row_max, row_sum
 
 __all__ = [
     "FORMATBOOK", "DialectFP4", "DialectSelect", "CountTie",
@@ -242,8 +243,10 @@ class DialectFP4(BlockFormat):
 
     def __post_init__(self):
         super().__post_init__()
-        object.__setattr__(self, "select", DialectSelect(self.select))
-        object.__setattr__(self, "count_tie", CountTie(self.count_tie))
+        object.__setattr__(self, "select",
+                           validate.choice(self.name, "select", self.select, DialectSelect))
+        object.__setattr__(self, "count_tie",
+                           validate.choice(self.name, "count_tie", self.count_tie, CountTie))
 
     def input_range(self):
         # 65520: FP16's largest (65504) plus half an ulp, the smallest value rounding to Inf.

@@ -18,6 +18,7 @@ RaZeR (Sec. 4.1-4.2; the project's `razer` convention, see docs/formats.md): the
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -65,6 +66,24 @@ def razer_offset_value(code: int) -> float:
         raise ValueError(f"offset code must be 4 bits, got {code}")
     mag = (code & 0b111) / 2.0
     return 6.0 - mag if code & 0b1000 else 6.0 + mag
+
+
+def special_pair(owner: str, values) -> tuple[float, float]:
+    """Two special magnitudes as floats, each checked (RaZeR, RaZeR-G128)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{owner}: special_values must be two numbers, got {values!r}")
+    values = tuple(values)
+    if len(values) != 2:
+        raise ValueError(f"{owner} needs exactly two special magnitudes, got {values!r}")
+    return tuple(special_magnitude(owner, "special_values", v) for v in values)
+
+
+def special_magnitude(owner: str, name: str, v) -> float:
+    """A special magnitude as a float: a real number in range, on the 0.5 grid."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be numbers, got {v!r} ({type(v).__name__})")
+    _check_special(float(v))
+    return float(v)
 
 
 def _check_special(v: float) -> None:
@@ -411,7 +430,8 @@ class RaZeRAct(_TwoLevelFP4):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_special(self.special_value)
+        object.__setattr__(self, "special_value",
+                           special_magnitude(self.name, "special_value", self.special_value))
 
     def _candidates(self):
         return (self.special_value, -self.special_value)
@@ -444,11 +464,7 @@ class RaZeR(_TwoLevelFP4):
 
     def __post_init__(self):
         super().__post_init__()
-        if len(self.special_values) != 2:
-            raise ValueError(f"razer needs exactly two special magnitudes, got "
-                             f"{self.special_values!r}")
-        for v in self.special_values:
-            _check_special(v)
+        object.__setattr__(self, "special_values", special_pair(self.name, self.special_values))
 
     def _candidates(self):
         a, b = self.special_values

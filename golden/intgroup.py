@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, InputError, row_max
+from . import validate
+from .block import BlockFormat, row_max
 from .elements import int_format
 
 __all__ = ["IntGroup", "bitplanes", "plane_weights", "bitplane_matmul"]
@@ -42,8 +43,7 @@ class IntGroup(BlockFormat):
 
     def __post_init__(self):
         super().__post_init__()
-        if not 2 <= self.bits <= 8:
-            raise ValueError(f"int-group: bits must lie in [2, 8], got {self.bits}")
+        object.__setattr__(self, "bits", validate.integer(self.name, "bits", self.bits, lo=2, hi=8))
 
     @property
     def element(self):

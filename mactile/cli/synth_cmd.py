@@ -101,8 +101,8 @@ def run(args) -> int:
     out = check_output_dir(args.output) if args.output else None  # before the work
     try:
         component = design.build(**params)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    except (ValueError, TypeError) as e:
+        raise CliError(f"{design.name}: {e}" if design.name not in str(e) else str(e)) from None
     rtl = component_rtl(component, design.name, params={**design.params, **params})
     try:
         r = synthesize(rtl, lib, opts, component=component, group=design.group,
