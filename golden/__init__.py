@@ -8,8 +8,13 @@ Element formats (:mod:`.elements`): ``FP4_E2M1``, ``FP6_E2M3``, ``FP6_E3M2``,
 ``FP8_E4M3``, ``E3M3``, ``E8M0``, ``FP16``, ``INT4`` ... ``UINT8``.
 Block formats (:mod:`.registry`): ``nvfp4``, ``mxfp4``, ``razer``, ``razer-act``,
 ``razer-g128``, ``dialectfp4``, ``int-group``, ``nestedfp``, ``nestedfp8``.
+Quantization conventions of ``nvfp4``/``mxfp4`` and the torchao/microxcaling presets:
+:mod:`.conventions`.
 """
 from .block import BlockFormat, InputError, Quantized
+from .conventions import (DEFAULT_CONVENTION, PRESETS, Convention, Dequantization, ElementScaling,
+                          ElementTies, MXScaleRule, NegativeZero, ScaleArgument, convention_for,
+                          require_default_convention)
 from .dialect import FORMATBOOK, CountTie, DialectFP4, DialectSelect
 from .elements import *  # noqa: F401,F403
 from .elements import __all__ as _elements_all
@@ -27,5 +32,8 @@ __all__ = list(_elements_all) + [
     "IntGroup", "bitplanes", "plane_weights", "bitplane_matmul",
     "NestedFP", "NestedFP8", "nestedfp_split", "nestedfp_merge", "nestedfp_eligible",
     "BLOCK_FORMATS", "get_format",
+    "Convention", "DEFAULT_CONVENTION", "PRESETS", "convention_for", "require_default_convention",
+    "MXScaleRule", "ElementTies", "NegativeZero", "ScaleArgument", "ElementScaling",
+    "Dequantization",
     "StepAwareTemperature", "ReductionLayout",
 ]

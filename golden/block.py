@@ -31,6 +31,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .conventions import Convention
+
 __all__ = ["BlockFormat", "Quantized", "QuantError", "InputError", "check_input", "row_max",
            "row_sum", "check_range"]
 
@@ -293,6 +295,8 @@ class BlockFormat(abc.ABC):
     def describe(self) -> str:
         """One line naming the format and every option."""
         def show(v):
+            if isinstance(v, Convention):
+                return repr(v.label(self.name))
             return repr(v.value) if isinstance(v, enum.Enum) else repr(v)
 
         opts = ", ".join(f"{f.name}={show(getattr(self, f.name))}" for f in dataclasses.fields(self))
@@ -304,6 +308,13 @@ class BlockFormat(abc.ABC):
         accepted. Every format that computes in a narrower type (FP32, FP16) or whose
         scale has a largest value states its limit here, so all refuse the same way."""
         return None
+
+    def is_default_convention(self) -> bool:
+        """True unless the format's :class:`~.conventions.Convention` (NVFP4, MXFP4) has a
+        non-default option. RTL generators and GPU packers implement the default only and
+        refuse the rest (:func:`~.conventions.require_default_convention`)."""
+        conv = getattr(self, "convention", None)
+        return conv is None or conv.is_default
 
     def quantize(self, x) -> Quantized:
         """Quantize ``x`` (floating point, blocks along the last axis).

@@ -25,7 +25,9 @@ from typing import ClassVar
 import numpy as np
 
 from .block import BlockFormat, InputError, row_max, row_sum, tensor_amax
-from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
+from .conventions import (DEFAULT_CONVENTION, Convention, Dequantization, ElementScaling,
+                          ElementTies, MXScaleRule, NegativeZero, ScaleArgument, check_options)
+from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FloatFormat, Rounding
 
 __all__ = [
     "NVFP4", "MXFP4", "RaZeR", "RaZeRAct",
@@ -43,8 +45,14 @@ ZERO_CODE = 0b1000
 #: Smallest magnitude that rounds to Inf in FP32 (RNE): FP32's largest plus half an ulp.
 _FP32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 #: MXFP4 refuses a block whose largest magnitude needs a scale exponent above E8M0's
-#: largest (127): floor(log2 amax) - 2 > 127.
-_MXFP4_OVERFLOW = 2.0 ** 130
+#: largest (127), per scale rule: the smallest such amax, and how messages write it.
+#: floor: floor(log2 amax) - 2 > 127; ceil: ceil(log2 amax) - 2 > 127, i.e. amax > 2**129;
+#: even: amax in [1.75, 2) * 2**129 rounds up a binade first.
+_MXFP4_OVERFLOW = {
+    MXScaleRule.FLOOR: (2.0 ** 130, f"< 2**130 = {2.0 ** 130:.8g}"),
+    MXScaleRule.CEIL: (float(np.nextafter(2.0 ** 129, np.inf)), f"<= 2**129 = {2.0 ** 129:.8g}"),
+    MXScaleRule.EVEN: (1.75 * 2.0 ** 129, f"< 1.75 * 2**129 = {1.75 * 2.0 ** 129:.8g}"),
+}
 #: Special magnitudes are 6 + a 4-bit sign-magnitude offset in [-3.5, 3.5] (steps of 0.5).
 SPECIAL_MIN, SPECIAL_MAX = 2.5, 9.5
 
@@ -211,6 +219,18 @@ def _fp32(x) -> np.ndarray:
     return np.asarray(x, dtype=_F32)
 
 
+def _encode_fp4(scaled: np.ndarray, x: np.ndarray, conv: Convention) -> np.ndarray:
+    """FP4 codes of the scaled elements (saturating at +-6) under ``conv``'s tie rule and
+    negative-zero handling; ``x`` is the unscaled input (its -0.0 entries)."""
+    if conv.element_ties is ElementTies.EVEN:
+        codes = FP4_E2M1._encode_rne_table(scaled)
+    else:
+        codes = FP4_E2M1.encode(scaled, rounding=Rounding.NEAREST_AWAY)
+    if conv.negative_zero is NegativeZero.POSITIVE:
+        codes[(x == 0) & np.signbit(x)] = 0
+    return codes
+
+
 def _tensor_scale(flat: np.ndarray, denominator: float) -> np.float32:
     """``amax / denominator`` in FP32; 1.0 for an all-zero tensor (every code is then a
     zero, so the value is immaterial but finite)."""
@@ -235,17 +255,36 @@ class _TwoLevelFP4(BlockFormat):
         return (_FP32_OVERFLOW, f"{self.name} takes |x| <= {float(np.finfo(_F32).max):.8g}: "
                                 f"it computes in FP32")
 
+    @property
+    def _conv(self) -> Convention:
+        """The quantization convention (NVFP4 has it as a field; RaZeR keeps the default)."""
+        return getattr(self, "convention", DEFAULT_CONVENTION)
+
     def _tensor_params(self, flat):
+        if not self._conv.tensor_scale:
+            return {"tensor_scale": None}
         return {"tensor_scale": _tensor_scale(flat, self.scale_format.max_value * 6.0)}
 
     def _scale_pipeline(self, x32, amax, d32, target):
-        """Block scale for mapping ``amax`` to ``target``; returns (code, value, scaled)."""
-        arg = amax / (d32 * _F32(target))
+        """Block scale for mapping ``amax`` to ``target``; returns (code, value, scaled).
+        ``d32`` None: no tensor scale (``T = 1``)."""
+        conv = self._conv
+        t = _F32(1.0) if d32 is None else d32
+        if conv.scale_argument is ScaleArgument.PRODUCT:
+            arg = amax / (t * _F32(target))
+        else:
+            arg = (amax / _F32(target)) / t
+        if conv.block_scale_floor:
+            arg = np.maximum(arg, _F32(conv.block_scale_floor))
         s_code = self.scale_format.encode(arg)
         s_val = _fp32(self.scale_format.values[s_code])
-        denom = d32 * s_val  # FP32 product
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            scaled = x32 / denom[:, None]
+            if conv.element_scaling is ElementScaling.DIVIDE:
+                denom = t * s_val  # FP32 product
+                scaled = x32 / denom[:, None]
+            else:
+                denom = s_val
+                scaled = x32 * ((_F32(1.0) / t) / s_val)[:, None]
         zero = ~(denom > 0)
         if zero.any():
             np.copyto(scaled, _F32(0.0), where=zero[:, None])  # scale 0: the block holds zeros
@@ -259,7 +298,7 @@ class _TwoLevelFP4(BlockFormat):
         cands = self._candidates()
         if not cands:
             s_code, _, scaled = self._scale_pipeline(x32, amax, d32, 6.0)
-            return FP4_E2M1._encode_rne_table(scaled), s_code, None
+            return _encode_fp4(scaled, x32, self._conv), s_code, None
         return self._choose_candidate(xb, x32, amax, d32, cands)
 
     def _choose_candidate(self, xb, x32, amax, d32, cands):
@@ -376,7 +415,12 @@ class _TwoLevelFP4(BlockFormat):
 
     def _dequantize_into(self, codes, scales, meta, ctx, out):
         s_code, special = self._unpack_scale(scales)
-        s = self.scale_format.values[s_code] * float(ctx["tensor_scale"])
+        t = ctx["tensor_scale"]
+        s = self.scale_format.values[s_code] * (1.0 if t is None else float(t))
+        if self._conv.dequantize is Dequantization.FP32:  # fl32(fl32(T * s) * q)
+            s32 = self.scale_format.values[s_code].astype(_F32) * _F32(1.0 if t is None else t)
+            out[...] = _FP4_VALUES.astype(_F32)[codes] * s32[:, None]
+            return
         if special is None:
             np.take(_FP4_VALUES, codes, out=out, mode="clip")  # "raise" would buffer
         else:
@@ -407,8 +451,17 @@ class NVFP4(_TwoLevelFP4):
     ((2, 16), (2,), 4.5)
     """
 
+    #: Quantization convention (:mod:`.conventions`; default ``ocp``, RaZeR Eq. 1-3).
+    convention: Convention = DEFAULT_CONVENTION
+
     name: ClassVar[str] = "nvfp4"
     reference: ClassVar[str] = "RaZeR (000) Sec. 3, Eq. 1-3; NVIDIA NVFP4"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.convention, Convention):
+            raise ValueError(f"nvfp4: convention must be a Convention, got {self.convention!r}")
+        check_options(self.name, self.convention)
 
     def _pack_scale(self, s_code, cand_index):  # pragma: no cover - no candidates
         return s_code
@@ -489,31 +542,68 @@ class MXFP4(BlockFormat):
     Scale ``2**(floor(log2 amax_i) - 2)`` (2 = the largest FP4 exponent), elements
     rounded to nearest even and saturated at +-6. An all-zero block gets scale code 0
     (``2**-127``). Scale exponents below -127 clamp to it; a block that would need one
-    above 127 (``amax >= 2**130``) is refused (:meth:`input_range`).
+    above 127 (``amax >= 2**130`` under the default rule) is refused (:meth:`input_range`).
+    The ``convention`` names other scale rules, tie rules and -0 handling
+    (:mod:`.conventions`).
     """
 
     block_size: int = 32
+    #: Quantization convention (:mod:`.conventions`; default ``ocp``).
+    convention: Convention = DEFAULT_CONVENTION
 
     name: ClassVar[str] = "mxfp4"
     reference: ClassVar[str] = "OCP Microscaling Formats (MX) v1.0, Sec. 5-6"
 
     def input_range(self):
-        return (_MXFP4_OVERFLOW, f"mxfp4 takes |x| < 2**130 = {_MXFP4_OVERFLOW:.8g}: a "
-                "larger block would need a scale above E8M0's largest, 2**127")
+        rule = self.convention.mx_scale_rule
+        if rule is MXScaleRule.RCEIL:  # amax / 6 <= FP32 max / 6 < 2**127: FP32 is the limit
+            return (_FP32_OVERFLOW, f"mxfp4 with the rceil scale rule takes |x| <= "
+                                    f"{float(np.finfo(_F32).max):.8g}: it computes the scale "
+                                    f"in FP32")
+        limit, text = _MXFP4_OVERFLOW[rule]
+        return (limit, f"mxfp4 takes |x| {text} (scale rule {rule.value}): a larger block "
+                       "would need a scale above E8M0's largest, 2**127")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.convention, Convention):
+            raise ValueError(f"mxfp4: convention must be a Convention, got {self.convention!r}")
+        check_options(self.name, self.convention)
+
+    def _scale_exponents(self, amax: np.ndarray) -> np.ndarray:
+        """Unclamped E8M0 exponents of the block maxima under the convention's scale rule
+        (:class:`~.conventions.MXScaleRule`); -127 for an all-zero block."""
+        rule = self.convention.mx_scale_rule
+        emax = FP4_E2M1.max_exp_field - FP4_E2M1.bias  # 2
+        if rule is MXScaleRule.RCEIL:  # ceil(log2(amax / 6)), amax / 6 in FP32
+            with np.errstate(over="ignore"):
+                a32 = amax.astype(_F32)
+            if not np.isfinite(a32).all():
+                raise InputError(f"{self.name}: a block maximum exceeds the FP32 range that "
+                                 "the rceil scale rule computes in")
+            descale = (a32 / _F32(FP4_E2M1.max_value)).astype(np.float64)
+            m, p = np.frexp(descale)
+            e = p.astype(np.int64) - 1 + (m != 0.5)
+            return np.where(descale > 0, e, -127)
+        m, p = np.frexp(amax)  # amax = m * 2**p, m in [0.5, 1)
+        e = p.astype(np.int64) - 1  # floor(log2 amax)
+        if rule is MXScaleRule.CEIL:
+            e += m != 0.5
+        elif rule is MXScaleRule.EVEN:  # amax rounded to FP4's mantissa width, ties away
+            e += m >= 1.0 - 2.0 ** -(FP4_E2M1.man_bits + 2)
+        return np.where(amax > 0, e - emax, -127)
 
     def _quantize_blocks(self, xb, ctx):
         x = np.asarray(xb)
         amax = row_max(np.abs(x))
-        _, p = np.frexp(amax)
-        e = np.where(amax > 0, p.astype(np.int64) - 1 - 2, -127)
-        e = np.clip(e, -127, 127)
+        e = np.clip(self._scale_exponents(amax), -127, 127)
         if x.dtype.itemsize <= 4:
             # x * 2**-e in FP32 is exact but where it falls below FP32's normal range, and
             # such values (< 2**-126) round to a signed FP4 zero either way.
             scaled = x.astype(np.float32, copy=False) * np.exp2(-e).astype(np.float32)[:, None]
         else:
             scaled = np.ldexp(x.astype(np.float64, copy=False), -e[:, None])
-        codes = FP4_E2M1._encode_rne_table(scaled)
+        codes = _encode_fp4(scaled, x, self.convention)
         return codes, (e + E8M0.bias).astype(np.uint8), None
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from .block import BlockFormat
+from .conventions import OPTIONS as CONVENTION_OPTIONS
+from .conventions import convention_for
 from .dialect import DialectFP4, DialectSelect
 from .fp4blocks import MXFP4, NVFP4, RaZeR, RaZeRAct
 from .intgroup import IntGroup
@@ -19,8 +21,13 @@ BLOCK_FORMATS: dict[str, type[BlockFormat]] = {
 
 def get_format(name: str, *, block_size: int | None = None,
                special_values: tuple[float, ...] | None = None,
-               select: str | None = None, bits: int | None = None) -> BlockFormat:
+               select: str | None = None, bits: int | None = None,
+               convention: str | None = None, **options) -> BlockFormat:
     """Build a block-format spec from a name and the CLI's options.
+
+    ``convention`` names a preset of :mod:`.conventions` (``ocp``, ``torchao``,
+    ``microxcaling``) and ``options`` override its single options (``element_ties="away"``);
+    only ``nvfp4`` and ``mxfp4`` take them.
 
     Raises
     ------
@@ -31,6 +38,8 @@ def get_format(name: str, *, block_size: int | None = None,
     --------
     >>> get_format("razer", special_values=(5, 7)).describe()
     'razer(block_size=16, special_values=(5.0, 7.0))'
+    >>> get_format("nvfp4", convention="torchao", tensor_scale=False).describe()
+    "nvfp4(block_size=16, convention='torchao+tensor_scale=False')"
     """
     try:
         cls = BLOCK_FORMATS[name]
@@ -69,4 +78,8 @@ def get_format(name: str, *, block_size: int | None = None,
         if cls is not IntGroup:
             raise ValueError(f"{name} has a fixed element width (--bits applies to int-group)")
         kwargs["bits"] = bits
+    if convention is not None or options:
+        conv = convention_for(name, convention, **options)
+        if name in CONVENTION_OPTIONS:
+            kwargs["convention"] = conv
     return cls(**kwargs)

@@ -53,6 +53,7 @@ import numpy as np
 
 from . import validate
 from .block import BlockFormat, Quantized
+from .conventions import require_default_convention
 from .elements import E3M3, FP4_E2M1, FP8_E4M3, FloatFormat
 from .fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, razer_offset_value
 
@@ -381,7 +382,11 @@ def make_operand(elements: str, scale: str) -> OperandSpec:
 
 
 def operand_for(fmt: BlockFormat) -> OperandSpec:
-    """The operand spec that consumes a golden format's codes and scale bytes as stored."""
+    """The operand spec that consumes a golden format's codes and scale bytes as stored.
+
+    The tensor core (and the RTL built from it) implements the default quantization
+    convention only; a format with another one is refused."""
+    require_default_convention(fmt, "the NVFP4/RaZeR tensor core")
     if isinstance(fmt, RaZeR):
         return RAZER_WEIGHT
     if isinstance(fmt, RaZeRAct):

@@ -49,13 +49,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, RaZeR, RaZeRG128
+from mactile.golden import E8M0, FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, MXFP4, RaZeR, RaZeRG128
 from mactile.golden.block import BlockFormat
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
 __all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS", "bp_masks",
            "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "lut_byte", "traits_header", "fp4_encode_header",
-           "prelude", "reset_header", "FORMAT_IDS",
+           "prelude", "reset_header", "FORMAT_IDS", "FP4_ENGINE_FORMATS", "ENGINE_FORMATS",
+           "engine_traits_header", "engine_format_id", "golden_proto", "POW2_WINDOW",
            "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]
 
 #: b = LUT_SCALE * v + LUT_OFFSET.
@@ -67,8 +68,14 @@ F16_OFFSET = 256 + LUT_OFFSET / LUT_SCALE  # 272.0
 F32_MAGIC = 0x43000000
 F32_OFFSET = 128.0 + LUT_OFFSET  # 192.0
 
-#: Template ids of the formats (``Fmt<ID>`` in kernels/fp4_common.cuh).
+#: Template ids of the formats of the mma.sync/CUDA-core kernels (``Fmt<ID>`` in
+#: kernels/fp4_common.cuh).
 FORMAT_IDS = {"nvfp4": 0, "razer": 1, "razer-g128": 2}
+#: FP4 weight formats of the GEMM engine (kernels/engine.cu).
+FP4_ENGINE_FORMATS = ("nvfp4", "mxfp4", "razer", "razer-g128")
+#: Every weight format of the engine, in template-id order (the ids are generated into
+#: ``EngineFmt<FMT_...>``; no kernel types a number).
+ENGINE_FORMATS = FP4_ENGINE_FORMATS + ("nestedfp16", "nestedfp8")
 
 
 def lut_byte(v: float) -> int:
@@ -181,7 +188,9 @@ class KernelFormat:
     #: Right shift of the scale code that yields the 2-bit metadata index
     #: ``sign * 2 + select`` (RaZeR); 0 for NVFP4.
     meta_shift: int
-    #: Mantissa bits and bias of the scale's float format (scale decoding by bit placement).
+    #: The scale's element format (golden spec), its mantissa bits and bias (scale decoding
+    #: by bit placement).
+    scale_format: object
     scale_man_bits: int
     scale_bias: int
     #: Whether code 0 is the special value.
@@ -195,6 +204,8 @@ class KernelFormat:
     scale_max: float
     #: The golden format this describes.
     golden: BlockFormat
+    #: Whether the format has an FP32 second-level (tensor) scale.
+    tensor_scale: bool = True
 
     @property
     def lut_args(self) -> tuple[int, int, int, int, int]:
@@ -251,9 +262,13 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
         sfmt, mask, meta_shift, has_special = E3M3, 0x3F, 6, True
     elif type(fmt) is RaZeRG128:
         sfmt, mask, meta_shift, has_special = FP16, 0x3FFF, 14, True
+    elif type(fmt) is MXFP4:
+        if fmt.block_size != 32:
+            raise ValueError(f"mxfp4 kernels need block size 32, got {fmt.block_size}")
+        sfmt, mask, meta_shift, has_special = E8M0, 0xFF, 0, False
     else:
         raise ValueError(f"no GPU kernel for format {fmt.describe()}; supported: "
-                         f"{', '.join(FORMAT_IDS)}")
+                         f"{', '.join(FP4_ENGINE_FORMATS)}")
     vals = [_fp4_value(c) for c in range(16)]
     if has_special:
         vals[SPECIAL_CODE] = 0.0  # placeholder, replaced per block
@@ -268,13 +283,16 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
         specials = sb[0] | sb[1] << 8 | sb[2] << 16 | sb[3] << 24
     if sfmt is FP16:
         smax = float(FP16.values[mask])  # below 2 (flag bits cleared)
+    elif sfmt is E8M0:
+        smax = float(np.nanmax(E8M0.values))
     else:
         smax = float(np.nanmax(sfmt.values[: mask + 1]))
-    return KernelFormat(name=fmt.name, fmt_id=FORMAT_IDS[fmt.name], block=fmt.block_size,
+    return KernelFormat(name=fmt.name, fmt_id=FORMAT_IDS.get(fmt.name, -1), block=fmt.block_size,
                         scale_dtype=np.dtype(fmt.scale_dtype), scale_mask=mask,
-                        meta_shift=meta_shift, scale_man_bits=sfmt.man_bits,
+                        meta_shift=meta_shift, scale_format=sfmt, scale_man_bits=sfmt.man_bits,
                         scale_bias=sfmt.bias, has_special=has_special, lut=words,
-                        specials_word=specials, scale_max=smax, golden=fmt)
+                        specials_word=specials, scale_max=smax, golden=fmt,
+                        tensor_scale=sfmt is not E8M0)
 
 
 def traits_header() -> str:
@@ -364,3 +382,124 @@ def reset_header() -> str:
             f"constexpr float RS_EXP_T_MIN = {float(rt.EXP_T_MIN).hex()}f;\n"
             + horner("rs_exp_poly", rt.EXP_COEFFS, "f") + horner("rs_log_poly", rt.LOG_COEFFS, "q2")
             + "}  // namespace mt\n")
+
+
+# --------------------------------------------------------------------------- the engine
+def golden_proto(name: str) -> BlockFormat:
+    """The default golden format object of an FP4 engine format name."""
+    protos = {"nvfp4": NVFP4, "mxfp4": MXFP4, "razer": RaZeR, "razer-g128": RaZeRG128}
+    if name not in protos:
+        raise ValueError(f"unknown FP4 format {name!r}; choose from {FP4_ENGINE_FORMATS}")
+    return protos[name]()
+
+
+def engine_format_id(name: str) -> int:
+    """Template id of an engine format (``EngineFmt<id>``)."""
+    try:
+        return ENGINE_FORMATS.index(name)
+    except ValueError:
+        raise ValueError(f"no engine format {name!r}; choose from {ENGINE_FORMATS}") from None
+
+
+#: The power-of-two (E8M0) scale path: the kernel scale byte ``b`` becomes the FP16 value
+#: ``2**(b - FP16.bias)`` by bit placement (``b << FP16.man_bits``) and multiplies the
+#: bit-placement value ``v * 2**BP_LOG2``. The product ``v * 2**(b - bias + BP_LOG2)`` is exact
+#: and finite for every E2M1 value when ``b`` lies in this window (the smallest magnitude
+#: 0.5 must stay >= FP16's smallest subnormal; ``b`` must be a finite FP16 exponent).
+def _pow2_window() -> tuple[int, int]:
+    # smallest b: 0.5 * 2**(b - 15 - 14) >= 2**-24  <=>  b >= 6; largest: 30 (exponent field 31 is inf/NaN)
+    lo = next(b for b in range(1, 31) if 0.5 * 2.0 ** (b - FP16.bias + BP_LOG2) >= 2.0 ** (1 - FP16.bias - FP16.man_bits))
+    hi = 2 ** FP16.exp_bits - 2
+    return lo, hi
+
+
+POW2_WINDOW = _pow2_window()
+
+
+def _check_pow2_window() -> None:
+    lo, hi = POW2_WINDOW
+    vals = FP4_E2M1.values[np.isfinite(FP4_E2M1.values)].astype(np.float64)
+    for b in (lo, hi):
+        s16 = np.float16(2.0 ** (b - FP16.bias))
+        assert int(s16.view(np.uint16)) == b << FP16.man_bits
+        hv = (vals * 2.0 ** BP_LOG2).astype(np.float16)
+        prod = (hv.astype(np.float32) * np.float32(s16)).astype(np.float16)
+        assert np.array_equal(prod.astype(np.float64), vals * 2.0 ** (b - FP16.bias + BP_LOG2)), b
+
+
+_check_pow2_window()
+
+_SCALE_KINDS = ("SCALE_E4M3", "SCALE_BITS_F16", "SCALE_POW2_F16", "SCALE_FP32", "SCALE_NONE")
+
+
+def _engine_fp4_traits(name: str) -> dict:
+    kf = kernel_format(golden_proto(name))
+    if kf.bp:
+        kind = "SCALE_E4M3" if kf.scale_format is FP8_E4M3 else "SCALE_POW2_F16"
+    elif kf.scale_dtype.itemsize == 2:
+        kind = "SCALE_FP32"  # FP16 scale x up to 5-bit values: exact only in FP32
+    else:
+        kind = "SCALE_BITS_F16"
+    pre = kf.f16_prescale_log2
+    h = lambda v: int(np.float16(v).view(np.uint16))  # noqa: E731
+    f16_mul = 2.0 ** (FP16.bias - kf.scale_bias - pre) if kind == "SCALE_BITS_F16" else 0.0
+    return {"A_SRC": "A_FRAG", "FP8": False, "BK": max(64, kf.block), "BLOCK": kf.block,
+            "SCALE_BYTES": kf.scale_dtype.itemsize, "SCALE_KIND": kind, "BP": kf.bp,
+            "SPECIAL": kf.has_special, "PROMOTE": kind == "SCALE_FP32",
+            "SCALE_MASK": kf.scale_mask, "META_SHIFT": kf.meta_shift,
+            "F16_SHIFT": FP16.man_bits - kf.scale_man_bits,
+            "F16X2_MUL": h(f16_mul) | h(f16_mul) << 16,
+            "F32_SHIFT": 23 - kf.scale_man_bits, "F32_MUL": 2.0 ** (127 - kf.scale_bias),
+            "POW2_SHIFT": FP16.man_bits}
+
+
+def _engine_nfp_traits(fp8: bool) -> dict:
+    return {"A_SRC": "A_SMEM" if fp8 else "A_PLANES", "FP8": fp8, "BK": 128 if fp8 else 64,
+            "BLOCK": 128 if fp8 else 64, "SCALE_BYTES": 0, "SCALE_KIND": "SCALE_NONE", "BP": False,
+            "SPECIAL": False, "PROMOTE": fp8, "SCALE_MASK": 0, "META_SHIFT": 0, "F16_SHIFT": 0,
+            "F16X2_MUL": 0, "F32_SHIFT": 0, "F32_MUL": 1.0, "POW2_SHIFT": 0}
+
+
+def engine_traits(name: str) -> dict:
+    """The compile-time description of engine format ``name`` (``EngineFmt<id>``)."""
+    if name in FP4_ENGINE_FORMATS:
+        return _engine_fp4_traits(name)
+    if name in ("nestedfp16", "nestedfp8"):
+        return _engine_nfp_traits(name == "nestedfp8")
+    raise ValueError(f"no engine format {name!r}; choose from {ENGINE_FORMATS}")
+
+
+def engine_traits_header() -> str:
+    """C++ ``EngineFmt<FMT_...>`` traits of every engine format, generated from the golden
+    specs (FP4 formats through :func:`kernel_format`; NestedFP's fixed byte planes)."""
+    cid = lambda n: "FMT_" + n.upper().replace("-", "_")  # noqa: E731
+    out = ["// Generated by mactile.gpu.formats.engine_traits_header() from the golden specs.",
+           "namespace mt {",
+           "enum ASrc : int { A_FRAG = 0, A_PLANES = 1, A_SMEM = 2 };",
+           "enum ScaleKind : int { " + ", ".join(f"{k} = {i}" for i, k in enumerate(_SCALE_KINDS)) + " };"]
+    out += [f"constexpr int {cid(n)} = {i};" for i, n in enumerate(ENGINE_FORMATS)]
+    out.append("template <int F> struct EngineFmt;")
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    for n in ENGINE_FORMATS:
+        tr = engine_traits(n)
+        out.append(
+            f"template <> struct EngineFmt<{cid(n)}> {{  // {n}\n"
+            f"  static constexpr int A_SRC = {tr['A_SRC']};\n"
+            f"  static constexpr bool FP8 = {b(tr['FP8'])};       // e4m3 wgmma (else f16)\n"
+            f"  static constexpr int BK = {tr['BK']};          // k per pipeline stage\n"
+            f"  static constexpr int BLOCK = {tr['BLOCK']};       // k per block scale\n"
+            f"  static constexpr int SCALE_BYTES = {tr['SCALE_BYTES']};\n"
+            f"  static constexpr int SCALE_KIND = {tr['SCALE_KIND']};\n"
+            f"  static constexpr bool BP = {b(tr['BP'])};        // bit-placement decode (else prmt lookup)\n"
+            f"  static constexpr bool SPECIAL = {b(tr['SPECIAL'])};   // code 0 is the block's special value\n"
+            f"  static constexpr bool PROMOTE = {b(tr['PROMOTE'])};   // per-stage FP32 partial accumulator\n"
+            f"  static constexpr unsigned SCALE_MASK = {tr['SCALE_MASK']:#x}u;\n"
+            f"  static constexpr int META_SHIFT = {tr['META_SHIFT']};\n"
+            f"  static constexpr int F16_SHIFT = {tr['F16_SHIFT']};\n"
+            f"  static constexpr unsigned F16X2_MUL = {tr['F16X2_MUL']:#010x}u;\n"
+            f"  static constexpr int F32_SHIFT = {tr['F32_SHIFT']};\n"
+            f"  static constexpr float F32_MUL = {float(tr['F32_MUL']).hex()}f;\n"
+            f"  static constexpr int POW2_SHIFT = {tr['POW2_SHIFT']};\n"
+            f"}};")
+    out.append("}  // namespace mt")
+    return "\n".join(out) + "\n"

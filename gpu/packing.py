@@ -33,19 +33,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mactile.golden import FP4_E2M1, Quantized
+from mactile.golden import E8M0, FP16, FP4_E2M1, Quantized
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
-from .formats import (BP_FRAG_SLOTS, BP_SCALE_LOG2, KernelFormat, bp_bit_positions,
-                      bp_decode_word, kernel_format)
+from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, FORMAT_IDS, POW2_WINDOW, KernelFormat,
+                      bp_bit_positions, bp_decode_word, kernel_format)
 
 __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_TILE",
-           "FRAG_K_ALIGN", "ROWMAJOR_K_ALIGN", "ACT_K_ALIGN", "quantized_from_arrays", "PackedActivation",
+           "FRAG_K_ALIGN", "FRAG_ROW_PAD", "ROWMAJOR_K_ALIGN", "pow2_kernel_scales", "ACT_K_ALIGN", "quantized_from_arrays", "PackedActivation",
            "pack_activation", "unpack_activation", "prmt", "emulate_frag_values",
            "emulate_rowmajor_values", "LAYOUTS"]
 
 #: Rows per tile in both layouts.
 ROW_TILE = 64
+#: Row padding of the frag layout: the GEMM engine's largest CTA tile (four 64-row
+#: consumer warpgroups).
+FRAG_ROW_PAD = 256
 #: K padding of the frag layout (a group of four 16-wide k-steps).
 FRAG_K_ALIGN = 64
 #: K padding of the rowmajor layout (a 16-byte chunk of codes).
@@ -98,7 +101,7 @@ def _check_weight(q: Quantized) -> KernelFormat:
     kf = kernel_format(q.format)
     if len(q.shape) != 2:
         raise ValueError(f"weights must be 2-D [N, K]; got shape {q.shape}")
-    if q.tensor_scale is None:
+    if q.tensor_scale is None and kf.tensor_scale:
         raise ValueError("the Quantized weight has no tensor scale")
     return kf
 
@@ -120,32 +123,80 @@ def _padded(kf: KernelFormat, codes, scales, N_pad, K_pad, xp):
     return C, S
 
 
-def pack_w4a16(q: Quantized, *, layouts=LAYOUTS, xp=np) -> PackedW4A16:
+def _frag_blocks_per_group(kf: KernelFormat) -> int:
+    """Block columns whose scales one frag scale group holds: the blocks of 64 k (one
+    group of four k-steps), or one block when a block spans more."""
+    return max(1, 64 // kf.block)
+
+
+def pow2_kernel_scales(codes, scales, block: int, xp=np):
+    """E8M0 block scales -> the kernels' scale bytes ``b = e - D`` and the output power of two.
+
+    The kernels multiply the bit-placement value ``v * 2**BP_LOG2`` by the FP16 value
+    ``2**(b - FP16.bias)``; that product is exact for ``b`` in :data:`formats.POW2_WINDOW`
+    (``[6, 30]``). One offset ``D`` per matrix moves every block that holds a non-zero code into
+    the window; the kernel's result is multiplied by ``2**(D - E8M0.bias - BP_LOG2 + FP16.bias)``
+    (``D = 98`` gives 1 and is preferred). Returns ``(bytes, log2 of that factor)``. Blocks of zero codes get ``b = POW2_WINDOW[0]``
+    (their scale multiplies zeros).
+
+    Raises
+    ------
+    ValueError
+        When the non-zero blocks' scale exponents span more than the window (25 binades):
+        such a matrix has no exact FP16 decode.
+    """
+    lo, hi = POW2_WINDOW
+    e = xp.asarray(scales).astype(xp.int32)
+    nz = (xp.asarray(codes).reshape(codes.shape[0], -1, block) & 7).any(axis=-1)
+    if not bool(nz.any()):
+        return xp.full(e.shape, lo, dtype=xp.uint8), 0
+    emax, emin = int(e[nz].max()), int(e[nz].min())
+    d_lo, d_hi = emax - hi, emin - lo
+    if d_lo > d_hi:
+        raise ValueError(
+            f"mxfp4 weight: the non-zero blocks' E8M0 scales span 2^{emin - E8M0.bias} .. "
+            f"2^{emax - E8M0.bias} ({emax - emin + 1} binades); the GPU kernels decode exactly "
+            f"only {hi - lo + 1} consecutive binades per matrix (FP16 operands)")
+    ideal = E8M0.bias + BP_LOG2 - FP16.bias  # 98: the kernel result needs no extra factor
+    D = min(max(ideal, d_lo), d_hi)
+    b = xp.where(nz, e - D, lo).astype(xp.uint8)
+    return b, D - ideal
+
+
+def pack_w4a16(q: Quantized, *, layouts=None, xp=np) -> PackedW4A16:
     """Pack a golden ``nvfp4``/``razer``/``razer-g128`` weight ``[N, K]``.
 
     Parameters
     ----------
     q : Quantized
         Weight quantized along K (the last axis), shape ``(N, K)``.
-    layouts : iterable of {"frag", "rowmajor"}
-        Layouts to build: ``frag`` feeds the tensor-core kernel, ``rowmajor`` the
-        CUDA-core kernels. ``linear`` dispatches among the kernels whose layout exists.
+    layouts : iterable of {"frag", "rowmajor"}, optional
+        Layouts to build: ``frag`` feeds the tensor-core kernels (the GEMM engine),
+        ``rowmajor`` the CUDA-core kernels (not for mxfp4). Default: every layout the
+        format's kernels read. ``linear`` dispatches among the kernels whose layout exists.
     xp : module
         ``numpy`` or ``cupy``: where the arrays are built.
     """
     kf = _check_weight(q)
-    layouts = tuple(layouts)
+    supported = LAYOUTS if kf.fmt_id >= 0 else ("frag",)  # the CUDA-core kernels: nvfp4/razer/razer-g128
+    layouts = supported if layouts is None else tuple(layouts)
     for name in layouts:
         if name not in LAYOUTS:
             raise ValueError(f"unknown layout {name!r}; choose from {LAYOUTS}")
+        if name not in supported:
+            raise ValueError(f"format {kf.name} has no {name!r} kernel layout (the CUDA-core kernels "
+                             f"take {', '.join(FORMAT_IDS)}); pack with layouts={supported}")
     N, K = q.shape
     codes, scales = _codes_scales(q, xp)
-    out = PackedW4A16(kf, N, K, float(q.tensor_scale), {})
+    out = PackedW4A16(kf, N, K, float(q.tensor_scale) if q.tensor_scale is not None else 1.0, {})
     N_pad = _ceil_to(N, ROW_TILE)
     if "frag" in layouts:
         K_pad = _ceil_to(K, max(FRAG_K_ALIGN, kf.block))
-        C, S = _padded(kf, codes, scales, N_pad, K_pad, xp)
-        RT, G = N_pad // ROW_TILE, K_pad // 64
+        C, S = _padded(kf, codes, scales, _ceil_to(N, FRAG_ROW_PAD), K_pad, xp)
+        out_log2 = 0
+        if kf.scale_format is E8M0:  # power-of-two scales: kernel bytes inside the FP16 window
+            S, out_log2 = pow2_kernel_scales(C, S, kf.block, xp)
+        RT, G = C.shape[0] // ROW_TILE, K_pad // 64
         # row = rt*64 + mt*16 + h*8 + g ; k = (grp*4 + ks)*16 + kh*8 + 2t + j
         c = C.reshape(RT, 4, 2, 8, G, 4, 2, 4, 2).transpose(0, 4, 1, 3, 7, 5, 2, 6, 8)
         c = c.reshape(RT, G, 4, 32, 4, 8).astype(xp.uint32)
@@ -159,12 +210,10 @@ def pack_w4a16(q: Quantized, *, layouts=LAYOUTS, xp=np) -> PackedW4A16:
             shifts = (4 * xp.arange(8, dtype=xp.uint32)).reshape(1, 1, 1, 1, 1, 8)
             words = (c << shifts).sum(axis=-1, dtype=xp.uint32)  # disjoint nibbles: sum == OR
         KB = K_pad // kf.block
-        if kf.block == 16:  # rt, q, mt, g, ks, h with kb = 4q + ks
-            s = S.reshape(RT, 4, 2, 8, KB // 4, 4).transpose(0, 4, 1, 3, 5, 2)
-        else:  # rt, kb, mt, g, h
-            s = S.reshape(RT, 4, 2, 8, KB).transpose(0, 4, 1, 3, 2)
+        nb = _frag_blocks_per_group(kf)  # rt, q, mt, g, j, h with kb = nb q + j
+        s = S.reshape(RT, 4, 2, 8, KB // nb, nb).transpose(0, 4, 1, 3, 5, 2)
         out.layouts["frag"] = {"codes": xp.ascontiguousarray(words.astype(xp.uint32)),
-                               "scales": xp.ascontiguousarray(s), "K_pad": K_pad}
+                               "scales": xp.ascontiguousarray(s), "K_pad": K_pad, "out_log2": out_log2}
     if "rowmajor" in layouts:
         K_pad = _ceil_to(K, max(ROWMAJOR_K_ALIGN, kf.block))
         C, S = _padded(kf, codes, scales, N_pad, K_pad, xp)
@@ -204,11 +253,9 @@ def _frag_nibbles(kf: KernelFormat, words) -> np.ndarray:
 
 def _frag_scales_rkmgh(p: PackedW4A16) -> np.ndarray:
     """The frag layout's scales as ``[RT][KB][4 mt][8 g][2 h]`` (host copy)."""
-    s = np.asarray(_host(p.layout("frag")["scales"]))
-    if p.fmt.block == 16:  # rt, q, mt, g, ks, h -> rt, q, ks, mt, g, h
-        s = s.transpose(0, 1, 4, 2, 3, 5)
-        s = s.reshape(s.shape[0], -1, 4, 8, 2)
-    return s
+    s = np.asarray(_host(p.layout("frag")["scales"]))  # rt, q, mt, g, j, h
+    s = s.transpose(0, 1, 4, 2, 3, 5)
+    return s.reshape(s.shape[0], -1, 4, 8, 2)
 
 
 def unpack_rowmajor(p: PackedW4A16):
@@ -228,7 +275,7 @@ def quantized_from_arrays(fmt, codes, scales, tensor_scale) -> Quantized:
     B = fmt.block_size
     return Quantized(format=fmt, shape=(N, K), codes=np.asarray(codes, np.uint8).reshape(N, K // B, B),
                      scales=np.asarray(scales).astype(fmt.scale_dtype).reshape(N, K // B),
-                     tensor_scale=np.float32(tensor_scale))
+                     tensor_scale=None if tensor_scale is None else np.float32(tensor_scale))
 
 
 def _host(a):
@@ -350,7 +397,7 @@ def emulate_frag_values(p: PackedW4A16) -> np.ndarray:
     sc = sc[:, :, :, :, g, :]  # rt, grp, ks, mt, lane, h
     sc = sc.transpose(0, 1, 3, 4, 2, 5)  # rt, grp, mt, lane, ks, h
     if kf.bp:
-        vals = _emulate_bp(kf, words, sc)
+        vals = _emulate_bp(kf, words, sc, int(lay.get("out_log2", 0)))
         vals = vals.reshape(RT, G, 4, 8, 4, 4, 2, 2, 2).transpose(0, 2, 6, 3, 1, 5, 7, 4, 8)
         return vals.reshape(RT * 64, G * 64)[: p.N, : p.K]
     meta = (sc.astype(np.uint32) >> np.uint32(kf.meta_shift)) & np.uint32(3) if kf.has_special else np.zeros(sc.shape, np.uint32)
@@ -363,7 +410,7 @@ def emulate_frag_values(p: PackedW4A16) -> np.ndarray:
     return vals.reshape(RT * 64, G * 64)[: p.N, : p.K]
 
 
-def _emulate_bp(kf: KernelFormat, words, sc) -> np.ndarray:
+def _emulate_bp(kf: KernelFormat, words, sc, out_log2: int = 0) -> np.ndarray:
     """Bit-placement decode of frag words ``[...]`` with scale codes ``sc [..., 2]`` (rows g,
     g+8): f16x2 registers by rotation and masks, times the FP16 scale ``s * 2^7`` rounded to
     FP16 (the kernel's HMUL2), then the kernel's output power of two. ``[..., 8]`` values in
@@ -371,10 +418,15 @@ def _emulate_bp(kf: KernelFormat, words, sc) -> np.ndarray:
     regs = bp_decode_word(words)  # [..., 4] f16x2
     halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], -1).astype(np.uint16)
     h = halves.view(np.float16).astype(np.float32)  # [..., 4 reg, 2 half]
-    s = (_scale_values(kf, sc) * 2.0 ** BP_SCALE_LOG2).astype(np.float16)  # [..., 2 rows], exact
+    if kf.scale_format is E8M0:  # kernel scale byte b -> FP16 bits b << man_bits, exact
+        s = (np.asarray(sc, np.uint16) << np.uint16(FP16.man_bits)).view(np.float16)
+        out_pow = 2.0 ** out_log2
+    else:
+        s = (_scale_values(kf, sc) * 2.0 ** BP_SCALE_LOG2).astype(np.float16)  # [..., 2 rows], exact
+        out_pow = 2.0 ** kf.tc_out_log2
     row_of_reg = np.array([0, 1, 0, 1])  # a0, a2 row g; a1, a3 row g+8
     prod = (h * s[..., row_of_reg][..., None].astype(np.float32)).astype(np.float16)  # HMUL2
-    vals = prod.astype(np.float64) * 2.0 ** kf.tc_out_log2
+    vals = prod.astype(np.float64) * out_pow
     slot = np.array([r * 2 + hh for r, hh in BP_FRAG_SLOTS])
     return vals.reshape(vals.shape[:-2] + (8,))[..., slot]
 

@@ -112,9 +112,10 @@ def build(jobs, outdir, *, workers: int = 2, chunk: int = 6) -> list[Path]:
 
 
 def _jobs():
+    from .engine import prebuilt_jobs as ej
     from .flexq.kernels import prebuilt_jobs as fj
     from .nestedfp.kernels import prebuilt_jobs as nj
-    return fj() + nj()
+    return ej() + fj() + nj()
 
 
 if __name__ == "__main__":

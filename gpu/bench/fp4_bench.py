@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import NVFP4, RaZeR, RaZeRG128
+from mactile.golden import MXFP4, NVFP4, RaZeR, RaZeRG128
 
 from ..check import check_close, reference
 from ..packing import pack_w4a16, quantized_from_arrays
@@ -48,7 +48,7 @@ SHAPES = [
 ]
 QUICK_SHAPES = [SHAPES[1], SHAPES[3], SHAPES[8]]
 M_VALUES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-FORMATS = {"nvfp4": NVFP4(), "razer": RaZeR(), "razer-g128": RaZeRG128()}
+FORMATS = {"nvfp4": NVFP4(), "mxfp4": MXFP4(), "razer": RaZeR(), "razer-g128": RaZeRG128()}
 
 
 def random_quantized(fmt, N: int, K: int, rng: np.random.Generator):
@@ -58,6 +58,9 @@ def random_quantized(fmt, N: int, K: int, rng: np.random.Generator):
     if fmt.name == "nvfp4":  # E4M3 exponents 3..10 (no NaN code)
         sc = (rng.integers(3, 11, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
         ts = 2.0e-4
+    elif fmt.name == "mxfp4":  # E8M0 exponents -10..1 around 2^-4 (12 binades)
+        sc = rng.integers(117, 129, (N, nb)).astype(np.uint8)
+        ts = None
     elif fmt.name == "razer":
         sc = (rng.integers(1, 7, (N, nb)) << 3 | rng.integers(0, 8, (N, nb)) | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
         ts = 5.0e-3

@@ -28,7 +28,7 @@ _SRC = Path(__file__).with_name("nestedfp.cu")
 MODES = ("fp16", "fp8")
 #: Physical byte p of every 16-wide K chunk holds logical k = KPERM[p] (see nestedfp.cu).
 KPERM = np.array([2 * (p >> 2) + (p & 1) + ((p & 2) << 2) for p in range(16)])
-ROW_PAD = 128
+ROW_PAD = 256  # the GEMM engine's largest CTA tile (four 64-row warpgroups)
 K_PAD = 128
 _SMS = 132  # H100 SXM multiprocessors (only used to size split-K; correctness never depends on it)
 _SMEM_PER_SM = 228 * 1024
@@ -452,6 +452,16 @@ class NestedFPLinear:
         if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
             cp.matmul(x, self.weight.T, out=y)
             return y
+        from ..engine import EngineConfig, gemm_fp8, gemm_planes  # noqa: PLC0415
+        if isinstance(config, EngineConfig):  # the GEMM engine (TMA, mbarrier pipeline, wgmma)
+            if mode == "fp16":
+                return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y)
+            buf = self._fp8.get(m)
+            if buf is None:
+                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
+                                      cp.empty((m,), dtype=cp.float32))
+            xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag)
+            return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y)
         scfg = config if isinstance(config, StreamConfig) else None
         if config is None:
             scfg = choose_stream(m, self.n, self.k, mode)

@@ -10,7 +10,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from mactile.golden import BLOCK_FORMATS, ELEMENT_FORMATS
+    from mactile.golden import BLOCK_FORMATS, ELEMENT_FORMATS, PRESETS
 
     if args.what in ("all", "formats"):
         print("Element formats:")
@@ -21,6 +21,11 @@ def run(args) -> int:
             spec = cls()
             print(f"  {name:<12} {spec.bits_per_element:>6.3f} bits/element  "
                   f"{spec.describe()}  [{cls.reference}]")
+        print("\nQuantization conventions (mactile quantize --convention NAME; docs/formats.md):")
+        for name, by_fmt in PRESETS.items():
+            opts = "; ".join(f"{f}: " + (", ".join(f"{k}={v}" for k, v in c.differences().items())
+                                         or "the defaults") for f, c in by_fmt.items())
+            print(f"  {name:<12} {opts}")
     if args.what in ("all", "designs"):
         from mactile.rtl.registry import DESIGNS
 

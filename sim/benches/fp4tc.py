@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mactile.golden.conventions import require_default_convention
 from mactile.golden.elements import FP4_E2M1
 from mactile.golden.fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, \
     razer_offset_value
@@ -88,6 +89,8 @@ def gemv_operands(w_format, a_format, rng):
     activation vector (Gaussian, block magnitudes spread over 2**+-6 resp. 2**+-8, 1%
     weight outliers, so that FP32 accumulation really rounds: with uniform magnitudes 16
     blocks add exactly), quantized by the golden quantizers. Returns ``(qw, qx)``."""
+    for f in (w_format, a_format):  # the RTL implements the default convention only
+        require_default_convention(f, "the tensor-core GEMV bench")
     N, K = GEMV_SHAPE
     bs = w_format.block_size
     nb = K // bs

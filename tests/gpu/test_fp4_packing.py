@@ -4,7 +4,7 @@ golden dequantization, for every format and odd shapes."""
 import numpy as np
 import pytest
 
-from mactile.golden import NVFP4, RaZeR, RaZeRG128, MXFP4, FP16
+from mactile.golden import NVFP4, RaZeR, RaZeRAct, RaZeRG128, MXFP4, FP16
 from mactile.gpu.formats import (F16_MAGIC, F16_OFFSET, F32_MAGIC, F32_OFFSET, kernel_format,
                                  fp4_encode_header, lut_byte, traits_header)
 from mactile.gpu.packing import (emulate_frag_values, emulate_rowmajor_values, pack_activation,
@@ -84,7 +84,9 @@ def test_magic_constants():
 
 def test_errors(rng):
     with pytest.raises(ValueError, match="no GPU kernel"):
-        pack_w4a16(MXFP4().quantize(rng.standard_normal((4, 64)).astype(np.float32)))
+        pack_w4a16(RaZeRAct().quantize(rng.standard_normal((4, 64)).astype(np.float32)))
+    with pytest.raises(ValueError, match="no 'rowmajor' kernel layout"):
+        pack_w4a16(MXFP4().quantize(rng.standard_normal((4, 64)).astype(np.float32)), layouts=("rowmajor",))
     with pytest.raises(ValueError, match="2-D"):
         pack_w4a16(NVFP4().quantize(rng.standard_normal((2, 4, 32)).astype(np.float32)))
     with pytest.raises(ValueError, match="unknown layout"):

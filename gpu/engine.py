@@ -1,0 +1,309 @@
+"""The Hopper GEMM engine (``kernels/engine.cu``): one warp-specialized, TMA + mbarrier +
+wgmma kernel template for every weight format, and its launcher.
+
+``y[M, N] = x[M, K] @ W[N, K].T`` computed as ``D[n, m]``: weights are the wgmma A operand
+(decoded in registers, or read from shared memory), activations B (tensor-map tiles).
+A configuration is ``EngineConfig(bn, stages, wgs)``: tokens per tile (the wgmma N),
+pipeline depth, consumer warpgroups (64 output features each). CTAs are persistent and take
+equal stripes of the (tile, k-block) sequence (stream-K with a deterministic reduction of
+shared tiles); ``n_ctas`` defaults to one per SM, capped by the work.
+
+Formats (``formats.ENGINE_FORMATS``): the FP4 family from a :class:`PackedW4A16` ``frag``
+layout (:func:`gemm_fp4`), NestedFP's planes in FP16 mode (:func:`gemm_planes`) and FP8 mode
+(:func:`gemm_fp8`). :func:`config_for` is the default choice by M; ``gpu/tuning`` holds
+measured per-shape overrides (:mod:`mactile.gpu.linear`).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import prebuilt
+from .codegen import TOKEN_TILES, wgmma_source
+from .formats import ENGINE_FORMATS, engine_format_id, engine_traits, engine_traits_header, prelude
+from .runtime import ceil_div, load_source, require_cupy, sm_count
+
+__all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
+           "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "prebuilt_jobs", "SMEM_LIMIT"]
+
+#: Dynamic shared memory a block may use on sm_90 (227 KB).
+SMEM_LIMIT = 232448
+
+
+#: Consumer schedules: 0 interleaved (decode the next k-step while one wgmma runs; few A
+#: registers, for wide token tiles), 1 batched (decode the whole next stage while the current
+#: stage's wgmmas run; more independent work per warp, for narrow tiles where decode dominates).
+SCHEDULES = (0, 1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """A tile configuration: ``bn`` tokens per tile (wgmma N), ``stages`` pipeline stages,
+    ``wgs`` consumer warpgroups (64 weight rows each; 3-4 only for ``bn <= 64``), ``sched``
+    the consumer schedule (:data:`SCHEDULES`; -1: batched for ``bn <= 64``), ``n_ctas``
+    persistent CTAs (0: :func:`default_ctas`)."""
+
+    bn: int
+    stages: int
+    wgs: int = 2
+    n_ctas: int = 0
+    sched: int = -1
+
+    def __post_init__(self):
+        if self.bn not in TOKEN_TILES:
+            raise ValueError(f"EngineConfig.bn must be one of {TOKEN_TILES}, got {self.bn}")
+        if not 2 <= self.stages <= 16:
+            raise ValueError(f"EngineConfig.stages must lie in [2, 16], got {self.stages}")
+        if self.wgs not in (1, 2, 3, 4) or (self.wgs > 2 and self.bn > 64):
+            raise ValueError(f"EngineConfig.wgs must be 1 or 2 (up to 4 for bn <= 64), got {self.wgs}")
+        if self.n_ctas < 0:
+            raise ValueError(f"EngineConfig.n_ctas must be >= 0, got {self.n_ctas}")
+        if self.sched not in (-1,) + SCHEDULES:
+            raise ValueError(f"EngineConfig.sched must be one of {SCHEDULES} or -1, got {self.sched}")
+
+    @property
+    def schedule(self) -> int:
+        """The consumer schedule this configuration compiles to."""
+        return self.sched if self.sched >= 0 else (1 if self.bn <= 64 else 0)
+
+
+def _cround(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _geometry(fmt: str, bn: int, wgs: int) -> dict:
+    """Mirror of ``EngCfg`` (byte counts of a stage, the epilogue tile, the TMA bytes)."""
+    tr = engine_traits(fmt)
+    bk = tr["BK"]
+    b_bytes = (bk * (1 if tr["FP8"] else 2) // 128) * bn * 128
+    if tr["A_SRC"] == "A_FRAG":
+        frag_sc = (bk // tr["BLOCK"]) * 64 * tr["SCALE_BYTES"]
+        a_bytes = wgs * _cround(bk * 32 + frag_sc, 128)
+    elif tr["A_SRC"] == "A_PLANES":
+        a_bytes = 2 * wgs * 64 * 64
+    else:
+        a_bytes = wgs * 64 * 128
+    stage = _cround(b_bytes + a_bytes, 1024)
+    epi = wgs * min(bn, 64) * 72 * 2
+    return {"bk": bk, "stage": stage, "epi": epi}
+
+
+def smem_bytes(fmt: str, cfg: EngineConfig) -> int:
+    """Dynamic shared memory of one CTA (mirror of ``EngCfg::SMEM``)."""
+    g = _geometry(fmt, cfg.bn, cfg.wgs)
+    return 1024 + cfg.stages * g["stage"] + g["epi"] + 2 * cfg.stages * 8 + 16
+
+
+def max_stages(fmt: str, bn: int, wgs: int = 2, cap: int = 12) -> int:
+    """Deepest pipeline that fits the shared memory (at most ``cap``)."""
+    s = cap
+    while s > 2 and smem_bytes(fmt, EngineConfig(bn, s, wgs)) > SMEM_LIMIT:
+        s -= 1
+    return s
+
+
+def config_for(fmt: str, M: int) -> EngineConfig:
+    """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
+    most; 128 for formats with a per-stage FP32 promotion, which keeps two accumulator
+    tiles), the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
+    decode's latency) for tiles of at most 64 tokens (16 for NestedFP16, whose fragments
+    take more registers), two above; the batched schedule up to 32 tokens, interleaved above
+    (registers). razer-g128 (eight k-steps of A per stage plus the promotion tile) keeps two
+    warpgroups and batches only up to 16 tokens."""
+    tr = engine_traits(fmt)
+    cap = 128 if tr["PROMOTE"] else 256
+    bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
+    bn = min(bn, cap)
+    wide_a = tr["PROMOTE"] and tr["A_SRC"] == "A_FRAG"  # razer-g128: 8 k-steps of A per stage
+    planes = tr["A_SRC"] == "A_PLANES"  # NestedFP16: two planes of ldmatrix fragments
+    wgs = 4 if bn <= (16 if planes else 64) and not wide_a else 2
+    sched = 1 if bn <= 32 and not (wide_a and bn > 16) else 0
+    return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
+
+
+# --------------------------------------------------------------------------- source
+@functools.lru_cache(maxsize=1)
+def engine_source() -> str:
+    """The engine's complete CUDA source: generated traits + PTX header + wgmma wrappers."""
+    body = load_source("engine.cu", prelude=prelude() + engine_traits_header())
+    return body.replace("MACTILE_GENERATED_WGMMA", wgmma_source(TOKEN_TILES))
+
+
+def engine_name(fmt: str, cfg: EngineConfig) -> str:
+    """Kernel name expression of one instantiation."""
+    return f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}>"
+
+
+def _kernel(fmt: str, cfg: EngineConfig):
+    return prebuilt.get_kernel(engine_source(), engine_name(fmt, cfg), max_dynamic_smem=smem_bytes(fmt, cfg))
+
+
+def default_ctas(tiles: int, units: int, sms: int | None = None) -> int:
+    """Persistent CTAs for ``tiles`` output tiles of ``units`` k-blocks in all.
+
+    * fewer tiles than SMs: every tile split into the same number of parts,
+      ``tiles * (sms // tiles)`` CTAs (each shared tile has that many contributors);
+    * otherwise the largest divisor of ``tiles`` that is at most ``sms``, when it keeps at
+      least 90% of the SMs busy (whole tiles per CTA: no partial sums), else one CTA per
+      SM (stream-K: the remainder spread over all SMs).
+    """
+    sms = sms or sm_count()
+    if tiles < sms:
+        return max(1, min(units, tiles * (sms // tiles)))
+    best = max(d for d in range(1, sms + 1) if tiles % d == 0)
+    return best if best >= 0.9 * sms else min(sms, units)
+
+
+# --------------------------------------------------------------------------- workspace
+_WS: dict = {}
+
+
+def _workspace(nfloats: int, ntiles: int):
+    """FP32 partial-sum slots and per-tile arrival counters (zeroed once; the kernels return
+    counters to zero), grown on demand and reused across launches (never during capture of
+    a graph that a larger launch later needs: size them first)."""
+    cp = require_cupy()
+    dev = cp.cuda.Device().id
+    ws, cnt = _WS.get(dev, (None, None))
+    if ws is None or ws.size < nfloats:
+        ws = cp.empty(max(nfloats, 1), dtype=cp.float32)
+    if cnt is None or cnt.size < ntiles:
+        cnt = cp.zeros(max(ntiles, 1), dtype=cp.int32)
+    _WS[dev] = (ws, cnt)
+    return ws, cnt
+
+
+# --------------------------------------------------------------------------- launches
+def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, col_scale, y, M, N,
+         K_pad, RT, out_scale, lut=(0, 0, 0, 0, 0), pdl=False):
+    from .launch import launch  # noqa: PLC0415
+
+    tr = engine_traits(fmt)
+    TT = ceil_div(M, cfg.bn)
+    if RT % cfg.wgs:
+        raise ValueError(f"{RT} row tiles of 64 are not a multiple of wgs = {cfg.wgs}")
+    tiles = TT * (RT // cfg.wgs)
+    units = tiles * (K_pad // tr["BK"])
+    C = cfg.n_ctas or default_ctas(tiles, units)
+    C = min(C, units)
+    ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
+    fn = _kernel(fmt, cfg)
+    out_f32 = y.dtype == np.float32
+    launch(fn, (C,), ((cfg.wgs + 1) * 128,),
+           (tm_b, tm_a0, tm_a1, wcodes, wscales, col_scale, y, ws, cnt, np.int32(M), np.int32(N),
+            np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.float32(out_scale),
+            np.int32(out_f32), *(np.uint32(v) for v in lut)),
+           shared_mem=smem_bytes(fmt, cfg), pdl=pdl)
+    return y
+
+
+def _out(M, N, out, out_dtype):
+    cp = require_cupy()
+    if out is None:
+        return cp.empty((M, N), dtype=out_dtype)
+    if out.shape != (M, N) or out.dtype not in (np.float16, np.float32) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float16/float32 array of shape {(M, N)}")
+    return out
+
+
+def activation_map(x, bn: int, fp8: bool = False):
+    """Tensor map of activations ``x[M, K]`` (FP16, or E4M3 bytes) for token tiles of ``bn``."""
+    from .launch import TensorMap  # noqa: PLC0415
+
+    return TensorMap(x, (128 if fp8 else 64, bn), 128)
+
+
+def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.float16, pdl=False,
+             x_map=None):
+    """``x[M, K]`` (FP16, CuPy) times an FP4 :class:`~mactile.gpu.packing.PackedW4A16`
+    (``frag`` layout): ``y[M, N]`` FP16 (or FP32), FP32 accumulation, exact products.
+
+    ``x_map`` may pass a prebuilt :func:`activation_map` of ``x`` (benchmarks reuse it).
+    """
+    cp = require_cupy()
+    fmt = pw.fmt.name
+    if x.dtype != np.float16 or x.ndim != 2 or x.shape[1] != pw.K or not x.flags.c_contiguous:
+        raise ValueError(f"x must be a C-contiguous float16 [M, {pw.K}] array, got {x.dtype} {x.shape}")
+    if pw.K % 8:
+        raise ValueError(f"K = {pw.K}: the activation tensor map needs rows of a multiple of 16 bytes")
+    M = int(x.shape[0])
+    cfg = cfg or config_for(fmt, M)
+    lay = pw.layout("frag")
+    y = _out(M, pw.N, out, out_dtype)
+    RT = int(lay["codes"].shape[0])
+    out_scale = _fp4_out_scale(pw)
+    tm_b = x_map if x_map is not None else activation_map(x, cfg.bn)
+    lut = pw.fmt.lut_args
+    return _run(fmt, cfg, tm_b=tm_b, tm_a0=tm_b, tm_a1=tm_b, wcodes=lay["codes"], wscales=lay["scales"],
+                col_scale=None, y=y, M=M, N=pw.N, K_pad=int(lay["K_pad"]), RT=RT, out_scale=out_scale,
+                lut=lut, pdl=pdl)
+
+
+def _fp4_out_scale(pw) -> float:
+    """The FP32 factor of the engine's result: tensor scale times the decode's power of two
+    (nvfp4: the bit-placement and 2^7 scale factors; razer: the FP16 prescale; mxfp4: the
+    matrix's kernel-scale offset)."""
+    tr = engine_traits(pw.fmt.name)
+    lay = pw.layout("frag")
+    if tr["SCALE_KIND"] == "SCALE_E4M3":
+        k = pw.fmt.tc_out_log2
+    elif tr["SCALE_KIND"] == "SCALE_POW2_F16":
+        k = int(lay.get("out_log2", 0))
+    elif tr["SCALE_KIND"] == "SCALE_BITS_F16":
+        k = pw.fmt.f16_prescale_log2
+    else:
+        k = 0
+    return float(np.float32(pw.tensor_scale) * np.float32(2.0 ** k))
+
+
+def gemm_planes(x, upper, lower, N: int, *, cfg: EngineConfig | None = None, out=None,
+                out_dtype=np.float16, pdl=False, x_map=None):
+    """NestedFP FP16 mode: ``x[M, K]`` FP16 times the weights rebuilt from the byte planes
+    ``upper``/``lower`` ``[Np, Kp]`` (``nestedfp.split_planes`` layout)."""
+    from .launch import TensorMap  # noqa: PLC0415
+
+    M = int(x.shape[0])
+    cfg = cfg or config_for("nestedfp16", M)
+    Np, Kp = (int(d) for d in upper.shape)
+    y = _out(M, N, out, out_dtype)
+    tm_b = x_map if x_map is not None else activation_map(x, cfg.bn)
+    tu = TensorMap(upper, (64, cfg.wgs * 64), 64)
+    tl = TensorMap(lower, (64, cfg.wgs * 64), 64)
+    return _run("nestedfp16", cfg, tm_b=tm_b, tm_a0=tu, tm_a1=tl, wcodes=None, wscales=None,
+                col_scale=None, y=y, M=M, N=N, K_pad=Kp, RT=Np // 64, out_scale=1.0, pdl=pdl)
+
+
+def gemm_fp8(xq, xscale, upper, N: int, *, cfg: EngineConfig | None = None, out=None,
+             out_dtype=np.float16, pdl=False, x_map=None):
+    """NestedFP FP8 mode: per-token E4M3 activations ``xq[M, Kp]`` (bytes, the planes' K
+    order) with FP32 scales ``xscale[M]`` times the upper plane as E4M3; ``y = xscale[m] *
+    2**-8 * sum_k xq u`` with FP32 accumulation promoted every 128 of K."""
+    from .launch import TensorMap  # noqa: PLC0415
+
+    M = int(xq.shape[0])
+    cfg = cfg or config_for("nestedfp8", M)
+    Np, Kp = (int(d) for d in upper.shape)
+    y = _out(M, N, out, out_dtype)
+    tm_b = x_map if x_map is not None else activation_map(xq, cfg.bn, fp8=True)
+    ta = TensorMap(upper, (128, cfg.wgs * 64), 128)
+    return _run("nestedfp8", cfg, tm_b=tm_b, tm_a0=ta, tm_a1=ta, wcodes=None, wscales=None,
+                col_scale=xscale, y=y, M=M, N=N, K_pad=Kp, RT=Np // 64, out_scale=2.0 ** -8, pdl=pdl)
+
+
+# --------------------------------------------------------------------------- prebuild
+def instances() -> list[tuple[str, EngineConfig]]:
+    """Every (format, configuration) the wrappers and the benchmark may launch."""
+    out = []
+    for fmt in ENGINE_FORMATS:
+        cap = 128 if engine_traits(fmt)["PROMOTE"] else 256
+        for bn in TOKEN_TILES:
+            if bn <= cap:
+                out.append((fmt, config_for(fmt, bn)))
+    return out
+
+
+def prebuilt_jobs():
+    """``[(source, [names])]`` for :func:`mactile.gpu.prebuilt.build`."""
+    return [(engine_source(), sorted({engine_name(f, c) for f, c in instances()}))]

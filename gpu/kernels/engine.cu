@@ -1,0 +1,655 @@
+// The Hopper GEMM engine: Y[M, N] = X[M, K] W[N, K]^T for every weight format.
+//
+// Computed transposed, D[n, m] (Machete's choice): the narrow weight is the wgmma A operand
+// (64 output features per consumer warpgroup), the activations are B (the token tile, N of
+// the wgmma = BN tokens), so one decode of a weight fragment serves BN tokens.
+//
+// Structure (CUTLASS SM90 warp-specialized collectives):
+//   * warpgroup 0 is the producer: one thread issues, per pipeline stage, a tensor-map tile
+//     load of the activations (128-byte swizzle, zero fill outside M x K) and the weights'
+//     bulk copies -- 1-D copies of the pre-tiled FP4 fragments, or tensor-map tiles of the
+//     NestedFP byte planes -- all completing on the stage's `full` mbarrier;
+//   * warpgroups 1..WGS are consumers (setmaxnreg: 40 registers for the producer, 232 for
+//     consumers): wait `full`, turn the weight fragment into the wgmma A operand in registers
+//     (the format's policy below), issue wgmma with B from shared memory, and release the
+//     stage on its `empty` mbarrier once the wgmmas that read it have retired;
+//   * persistent CTAs walk equal stripes of the (output tile, k-block) sequence (stream-K;
+//     tile-aligned when the grid divides the tiles): a tile a CTA owns entirely goes straight
+//     to the epilogue; a tile shared by several CTAs is summed from their FP32 partials by
+//     the last to arrive, in stripe order (deterministic), and its counter returns to zero;
+//   * epilogue: FP32 accumulators times the output scale -> FP16 -> stmatrix.trans into a
+//     [token][feature] shared tile -> coalesced 16-byte stores.
+//
+// The format enters only through EngineFmt<F> (generated from the golden specs by
+// mactile.gpu.formats) and the fragment policy selected on its A_SRC:
+//   A_FRAG   FP4 codes in the `frag` layout (one 32-bit word = one lane's m16n8k16 A fragment
+//            for one k-step), decoded in registers: bit placement (nvfp4, mxfp4) or the prmt
+//            lookup with RaZeR's special value folded in (razer, razer-g128);
+//   A_PLANES NestedFP's two byte planes, ldmatrix + FP16 reconstruction in registers;
+//   A_SMEM   A straight from shared memory (NestedFP's upper plane as E4M3).
+// PROMOTE formats accumulate each stage in a separate FP32 register tile that is then
+// scaled into the accumulators (razer-g128's FP16 block scales; the FP8 mode's promotion
+// every 128 of K against Hopper's reduced-precision FP8 accumulation).
+#include "ptx.cuh"
+#include "fp4_common.cuh"
+
+MACTILE_GENERATED_WGMMA
+
+namespace mt {
+using namespace ptx;
+
+__host__ __device__ constexpr int cround(int a, int b) { return (a + b - 1) / b * b; }
+
+template <int F, int BN, int STAGES, int WGS>
+struct EngCfg {
+    using T = EngineFmt<F>;
+    static constexpr int BK = T::BK;                       // k per stage
+    static constexpr int KSTEP = T::FP8 ? 32 : 16;         // k per wgmma
+    static constexpr int KS = BK / KSTEP;                  // wgmmas per stage
+    static constexpr int B_SUB = BK * (T::FP8 ? 1 : 2) / 128;  // 128-byte-row B sub-tiles
+    static constexpr int B_BYTES = B_SUB * BN * 128;
+    static constexpr int FRAG_CODE = BK * 32;              // codes of one 64-row tile
+    static constexpr int FRAG_SC = T::A_SRC == A_FRAG ? (BK / T::BLOCK) * 64 * T::SCALE_BYTES : 0;
+    static constexpr int FRAG_WG = cround(FRAG_CODE + FRAG_SC, 128);
+    static constexpr int A_BYTES = T::A_SRC == A_FRAG ? WGS * FRAG_WG
+                                 : T::A_SRC == A_PLANES ? 2 * WGS * 64 * 64 : WGS * 64 * 128;
+    static constexpr int STAGE_BYTES = cround(B_BYTES + A_BYTES, 1024);
+    static constexpr int TX = B_BYTES + (T::A_SRC == A_FRAG ? WGS * (FRAG_CODE + FRAG_SC) : A_BYTES);
+    static constexpr int EPI_TOK = BN < 64 ? BN : 64;     // tokens staged per epilogue pass
+    static constexpr int EPI_LD = 72;                      // halves per staged token row
+    static constexpr int EPI_BYTES = WGS * EPI_TOK * EPI_LD * 2;
+    static constexpr int BAR_OFF = STAGES * STAGE_BYTES + EPI_BYTES;
+    static constexpr int SMEM = 1024 + BAR_OFF + 2 * STAGES * 8 + 16;
+    static constexpr int THREADS = (WGS + 1) * 128;
+    static constexpr int CT = WGS * 128;                   // consumer threads
+    static constexpr int NACC = BN / 2;                    // FP32 accumulators per thread
+    static constexpr int SC_T = T::A_SRC == A_FRAG ? (BK / T::BLOCK) * 2 * T::SCALE_BYTES : 0;
+    // registers per consumer thread after setmaxnreg (the producer keeps 40): as many as the
+    // register file gives, in multiples of 8
+    static constexpr int REG_CONSUMER = WGS == 1 ? 240 : WGS == 2 ? 232 : WGS == 3 ? 152 : 112;
+    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: multiple of 8 in [8, 256]");
+    static_assert(WGS >= 1 && WGS <= 4, "one to four consumer warpgroups");
+    static_assert(WGS <= 2 || BN <= 64, "three or four consumer warpgroups: BN <= 64 (registers)");
+    static_assert(SMEM <= 232448, "shared memory over the sm_90 limit");
+    static_assert(!T::PROMOTE || BN <= 128, "PROMOTE keeps two accumulator tiles: BN <= 128");
+};
+
+// ------------------------------------------------------------------ A_FRAG decode
+// Bit-placement decode of one frag word: f16x2 A register with values v * 2^-14.
+template <int M_, int S_>
+__device__ __forceinline__ u32 bp_reg(u32 w) {
+    if constexpr (M_ == S_) return rotl(w, M_) & (BP_MAG_MASK | BP_SIGN_MASK);
+    else return (rotl(w, M_) & BP_MAG_MASK) | (rotl(w, S_) & BP_SIGN_MASK);
+}
+__device__ __forceinline__ __half2 u2h(u32 v) { return *reinterpret_cast<__half2*>(&v); }
+__device__ __forceinline__ u32 h2u(__half2 v) { return *reinterpret_cast<u32*>(&v); }
+
+// The four A registers of one k-step from one frag word `w` and the scale codes `sp` of
+// rows g (low) and g+8 (high) of the word's block (8 or 16 bits each).
+template <int F>
+__device__ __forceinline__ void frag_decode(u32 (&a)[4], u32 w, u32 sp, const Lut& L) {
+    using T = EngineFmt<F>;
+    if constexpr (T::BP) {
+        u32 s2;
+        if constexpr (T::SCALE_KIND == SCALE_E4M3) {
+            // E4M3 pair -> f16x2 in hardware, times 2^BP_SCALE_LOG2 (exact)
+            s2 = h2u(__hmul2_rn(u2h(e4m3x2_to_f16x2(sp)), u2h(BP_SCALE_F16X2)));
+        } else {  // SCALE_POW2_F16: kernel scale byte b -> FP16 2^(b - 15) by bit placement
+            s2 = ((sp & 0xFFu) << T::POW2_SHIFT) | ((sp & 0xFF00u) << (T::POW2_SHIFT + 8));
+        }
+        const __half2 sg = __low2half2(u2h(s2)), sh = __high2half2(u2h(s2));
+        a[0] = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M0, BP_ROT_S0>(w)), sg));  // row g,   k 2t..2t+1
+        a[1] = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M1, BP_ROT_S1>(w)), sh));  // row g+8, k 2t..2t+1
+        a[2] = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M2, BP_ROT_S2>(w)), sg));  // row g,   k 2t+8..2t+9
+        a[3] = h2u(__hmul2_rn(u2h(bp_reg<BP_ROT_M3, BP_ROT_S3>(w)), sh));  // row g+8, k 2t+8..2t+9
+    } else {
+        const __half2 off2 = __float2half2_rn(-F16_OFFSET);
+        __half2 sg, sh, cg, ch;
+        u32 p0g, p0h;
+        if constexpr (T::SCALE_KIND == SCALE_FP32) {  // value only; the scale is applied in FP32
+            sg = sh = __float2half2_rn(1.f);
+            cg = ch = off2;
+            p0g = special_p0(L, (sp & 0xFFFFu) >> T::META_SHIFT);
+            p0h = special_p0(L, (sp >> 16) >> T::META_SHIFT);
+        } else {  // SCALE_BITS_F16: payload bits placed into FP16, times 2^(15-bias-prescale)
+            if constexpr (T::SPECIAL) {
+                p0g = special_p0(L, (sp & 0xFFu) >> T::META_SHIFT);
+                p0h = special_p0(L, ((sp >> 8) & 0xFFu) >> T::META_SHIFT);
+            } else {
+                p0g = p0h = L.p0;
+            }
+            const u32 bits = ((sp & T::SCALE_MASK) << T::F16_SHIFT) |
+                             ((((sp >> 8) & T::SCALE_MASK) << T::F16_SHIFT) << 16);
+            const __half2 s2 = __hmul2_rn(u2h(bits), u2h(T::F16X2_MUL));  // (s_g, s_g8) 2^-prescale, exact
+            const __half2 c2 = __hmul2_rn(s2, off2);
+            sg = __low2half2(s2);
+            sh = __high2half2(s2);
+            cg = __low2half2(c2);
+            ch = __high2half2(c2);
+        }
+        u32 blo, bhi;
+        lut8(w, p0g, p0h, L, blo, bhi);
+        a[0] = h2u(__hfma2(u2h(f16pair<0>(blo)), sg, cg));  // row g,   k 2t..2t+1
+        a[2] = h2u(__hfma2(u2h(f16pair<2>(blo)), sg, cg));  // row g,   k 2t+8..2t+9
+        a[1] = h2u(__hfma2(u2h(f16pair<0>(bhi)), sh, ch));  // row g+8, k 2t..2t+1
+        a[3] = h2u(__hfma2(u2h(f16pair<2>(bhi)), sh, ch));  // row g+8, k 2t+8..2t+9
+    }
+}
+
+// ------------------------------------------------------------------ A_PLANES decode
+// NestedFP16 reconstruction of four weights at once (NestedFP Sec. 4.3, Figure 6), per byte:
+//   sub = (u & 1) ^ (l >> 7); field = ((u - sub) >> 1) & 0x3F; hi = (u & 0x80) | field
+// The byte-wise u - sub borrows from nothing: bit 7 is set first and only bits 1..6 of the
+// difference are kept, which equals the golden merge's arithmetic on those bits.
+__device__ __forceinline__ u32 nested_hi(u32 u, u32 l) {
+    const u32 sub = (u ^ (l >> 7)) & 0x01010101u;
+    const u32 d = (u | 0x80808080u) - sub;
+    return (u & 0x80808080u) | ((d >> 1) & 0x3F3F3F3Fu);
+}
+// Byte offset of (row, 16-byte chunk) in a tile of 64-byte rows with the 64B swizzle.
+__device__ __forceinline__ u32 sw64_offset(int row, int chunk) {
+    return (u32)(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+// ------------------------------------------------------------------ per-stage fragment work
+// Shared-memory loads of this thread's fragment sources for stage s (A_FRAG: the code words
+// of every k-step and the block-scale codes of rows g and g+8).
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_load(const uint8_t* smem, int s, int cw, int wi, int lane,
+                                            uint4 (&wv)[EngineFmt<F>::A_SRC == A_FRAG ? EngineFmt<F>::BK / 64 : 1],
+                                            u64& sc) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    if constexpr (EngineFmt<F>::A_SRC == A_FRAG) {
+        const uint8_t* aw = smem + s * C::STAGE_BYTES + C::B_BYTES + cw * C::FRAG_WG;
+#pragma unroll
+        for (int q = 0; q < C::BK / 64; ++q)
+            wv[q] = *reinterpret_cast<const uint4*>(aw + q * 2048 + (wi * 32 + lane) * 16);
+        const uint8_t* sp = aw + C::FRAG_CODE + (wi * 8 + (lane >> 2)) * C::SC_T;
+        if constexpr (C::SC_T == 8) sc = *reinterpret_cast<const u64*>(sp);
+        else sc = *reinterpret_cast<const u32*>(sp);
+    }
+}
+
+// The A registers of k-step ks (a compile-time constant after unrolling) of stage s.
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_decode(u32 (&a)[EngCfg<F, BN, STAGES, WGS>::KS][4], int ks, u32 sbase, int s,
+                                              int cw, int wi, int lane,
+                                              const uint4 (&wv)[EngineFmt<F>::A_SRC == A_FRAG ? EngineFmt<F>::BK / 64 : 1],
+                                              u64 sc, u32 (&pl)[2][4], const Lut& L) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    using T = EngineFmt<F>;
+    if constexpr (T::A_SRC == A_FRAG) {
+        const int q = ks / 4, j = ks % 4;
+        const u32 w = j == 0 ? wv[q].x : j == 1 ? wv[q].y : j == 2 ? wv[q].z : wv[q].w;
+        const int kb = ks * 16 / T::BLOCK;  // block column of this k-step
+        u32 sp;
+        if constexpr (T::SCALE_BYTES == 1) sp = (u32)(sc >> (16 * kb)) & 0xFFFFu;
+        else sp = (u32)sc;  // one 128-block per stage: (s_g, s_g8) FP16 codes
+        frag_decode<F>(a[ks], w, sp, L);
+    } else if constexpr (T::A_SRC == A_PLANES) {
+        const u32 up = sbase + s * C::STAGE_BYTES + C::B_BYTES;
+        const u32 lo = up + WGS * 64 * 64;
+        const int h = (ks & 1) * 2;  // matrices 0,1: k-step ks; 2,3: ks + 1
+        if ((ks & 1) == 0) {
+            const int j = lane >> 3, r = lane & 7;
+            const int row = cw * 64 + wi * 16 + (j & 1) * 8 + r;
+            const u32 off = sw64_offset(row, ks + (j >> 1));
+            ldsm_x4(up + off, pl[0][0], pl[0][1], pl[0][2], pl[0][3]);
+            ldsm_x4(lo + off, pl[1][0], pl[1][1], pl[1][2], pl[1][3]);
+        }
+        const u32 hg = nested_hi(pl[0][h], pl[1][h]), hg8 = nested_hi(pl[0][h + 1], pl[1][h + 1]);
+        a[ks][0] = prmt(pl[1][h], hg, 0x5140u);       // row g,   k 2t, 2t+1
+        a[ks][1] = prmt(pl[1][h + 1], hg8, 0x5140u);  // row g+8, k 2t, 2t+1
+        a[ks][2] = prmt(pl[1][h], hg, 0x7362u);       // row g,   k 2t+8, 2t+9
+        a[ks][3] = prmt(pl[1][h + 1], hg8, 0x7362u);  // row g+8, k 2t+8, 2t+9
+    }
+}
+
+// One wgmma of k-step ks of stage sb into d.
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_mma(float (&d)[BN / 2], const u32 (&a)[EngCfg<F, BN, STAGES, WGS>::KS][4],
+                                           int ks, u32 sb, int cw, int scale_d) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    // B: the 128-byte sub-tile of this k-step, +32 bytes (descriptor +2) per k-step inside it
+    const u64 bdesc = desc_sw128(sb + (ks / 4) * BN * 128) + 2 * (ks % 4);
+    if constexpr (EngineFmt<F>::A_SRC == A_SMEM) {
+        const u64 adesc = desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks;
+        Wgmma<BN>::ss_e4m3(d, adesc, bdesc, scale_d);
+    } else {
+        Wgmma<BN>::rs_f16(d, a[ks], bdesc, scale_d);
+    }
+}
+
+// FP16 block-scale code (metadata bits masked off) -> FP32 value, exact (bit placement).
+template <int F>
+__device__ __forceinline__ float engine_scale_f32(u32 code) {
+    using T = EngineFmt<F>;
+    return __uint_as_float((code & T::SCALE_MASK) << T::F32_SHIFT) * T::F32_MUL;
+}
+
+// ------------------------------------------------------------------ work partition
+// Persistent CTA c walks units [ubeg, uend) of the (tile, k-block) sequence, tile-major:
+// equal stripes (Marlin/stream-K). Owner of unit u: the largest c with c*U/C <= u.
+__device__ __forceinline__ int stripe_owner64(long long u, long long U, int C) {
+    return (int)(((u + 1) * C + U - 1) / U) - 1;
+}
+
+// acc[i] = p[i] + acc[i] for a partial-sum slot [NACC/4][CT] float4 (the loads of a chunk
+// of 16 float4 in flight together).
+template <int CT, int NACC>
+__device__ __forceinline__ void engine_add_partial(float (&acc)[NACC], const float* slot, int ct) {
+    const float4* p = reinterpret_cast<const float4*>(slot) + ct;
+    constexpr int CH = NACC / 4 < 16 ? NACC / 4 : 16;
+#pragma unroll
+    for (int j0 = 0; j0 < NACC / 4; j0 += CH) {
+        float4 q[CH];
+#pragma unroll
+        for (int j = 0; j < CH; ++j) q[j] = __ldcg(p + (j0 + j) * CT);
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            float* a4 = acc + 4 * (j0 + j);
+            a4[0] = q[j].x + a4[0];
+            a4[1] = q[j].y + a4[1];
+            a4[2] = q[j].z + a4[2];
+            a4[3] = q[j].w + a4[3];
+        }
+    }
+}
+
+// ------------------------------------------------------------------ epilogue
+// Tile `tile` of this CTA is done: write it (sole owner), or store this CTA's FP32 sums and,
+// if last to arrive, add every contributor's sums in stripe order and write. The sum is
+// formed in the same order whoever arrives last: (((p_first + p_2) + ...) + p_last), the
+// last arriver inserting its own sums (still in registers) at their place.
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, long long U,
+                                                   int n_ctas, long long ubeg, uint8_t* epi, int* s_flag,
+                                                   const float* __restrict__ col_scale, void* __restrict__ y,
+                                                   float* __restrict__ ws, int* __restrict__ counters, int M,
+                                                   int N, float out_scale, int out_f32) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    constexpr int NACC = C::NACC, CT = C::CT;
+    const int ct = threadIdx.x - 128, cw = ct >> 7, wi = (ct >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int c = blockIdx.x;
+    const int tt = tile / RTc, rc = tile % RTc;
+    const int tok0 = tt * BN, nb = (rc * WGS + cw) * 64;
+    const long long t_u0 = (long long)tile * KU;
+    const int c_first = stripe_owner64(t_u0, U, n_ctas), c_last = stripe_owner64(t_u0 + KU - 1, U, n_ctas);
+    if (c_first != c_last) {
+        // partial sums as float4 [slot][NACC/4][CT] (coalesced); slot 2c: the tile is the first
+        // of c's stripe, 2c+1: its last. Every later contributor's stripe begins in the tile.
+        constexpr int SLOT = CT * NACC;
+        float4* mine = reinterpret_cast<float4*>(ws + (size_t)(2 * c + (ubeg / KU == tile ? 0 : 1)) * SLOT) + ct;
+#pragma unroll
+        for (int j = 0; j < NACC / 4; ++j)
+            __stcg(mine + j * CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+        __threadfence();
+        named_sync(1, CT);
+        if (ct == 0) {
+            const int prev = atomicAdd(counters + tile, 1);
+            *s_flag = (prev == c_last - c_first) ? 1 : 0;
+        }
+        named_sync(1, CT);
+        if (*s_flag == 0) return;
+        __threadfence();
+        const long long b_first = (long long)c_first * U / n_ctas;
+        const int first_slot = 2 * c_first + (b_first < t_u0 ? 1 : 0);
+        auto slot_of = [&](int cc) { return cc == c_first ? first_slot : 2 * cc; };
+        // acc = S + acc where S is the in-order sum of the earlier contributors' partials
+        if (c - c_first == 1) {  // one earlier contributor: S is its partial
+            engine_add_partial<CT, NACC>(acc, ws + (size_t)slot_of(c_first) * SLOT, ct);
+        } else if (c > c_first) {  // several: S in chunks of 4 float4
+#pragma unroll
+            for (int j0 = 0; j0 < NACC / 4; j0 += 4) {
+                float4 v[4];
+#pragma unroll 1
+                for (int cc = c_first; cc < c; ++cc) {
+                    const float4* p = reinterpret_cast<const float4*>(ws + (size_t)slot_of(cc) * SLOT) + ct;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        if (j0 + j < NACC / 4) {
+                            const float4 q = __ldcg(p + (j0 + j) * CT);
+                            if (cc == c_first) v[j] = q;
+                            else v[j] = make_float4(v[j].x + q.x, v[j].y + q.y, v[j].z + q.z, v[j].w + q.w);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (j0 + j < NACC / 4) {
+                        float* a4 = acc + 4 * (j0 + j);
+                        a4[0] = v[j].x + a4[0];
+                        a4[1] = v[j].y + a4[1];
+                        a4[2] = v[j].z + a4[2];
+                        a4[3] = v[j].w + a4[3];
+                    }
+                }
+            }
+        }
+        // then the later contributors in order: acc += p
+#pragma unroll 1
+        for (int cc = c + 1; cc <= c_last; ++cc) engine_add_partial<CT, NACC>(acc, ws + (size_t)(2 * cc) * SLOT, ct);
+        if (ct == 0) counters[tile] = 0;  // ready for the next launch (graph replay)
+    }
+    if (out_f32) {  // FP32 output (tests): straight from the registers
+        const int n0 = nb + wi * 16 + g;
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) {
+            const int tok = tok0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            const int n = n0 + 8 * ((i >> 1) & 1);
+            if (tok < M && n < N)
+                reinterpret_cast<float*>(y)[(size_t)tok * N + n] = acc[i] * out_scale * (col_scale ? col_scale[tok] : 1.f);
+        }
+        return;
+    }
+    // FP16: per pass of EPI_TOK tokens, stmatrix.trans into a [token][feature] tile, then
+    // 16-byte stores of whole 128-byte rows
+    const u32 ebase = smem_u32(epi);
+    const int mj = lane >> 3, r = lane & 7;
+    __half* yh = reinterpret_cast<__half*>(y);
+#pragma unroll
+    for (int p0 = 0; p0 < BN / 8; p0 += C::EPI_TOK / 8) {  // token chunks of 8 in this pass
+#pragma unroll
+        for (int j = p0; j < p0 + C::EPI_TOK / 8; j += 2) {
+            u32 h[4];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int jj = (j + q < p0 + C::EPI_TOK / 8) ? j + q : j;
+                float cs0 = out_scale, cs1 = out_scale;
+                if (col_scale) {
+                    const int tk = tok0 + 8 * jj + 2 * t;
+                    cs0 *= tk < M ? col_scale[tk] : 0.f;
+                    cs1 *= tk + 1 < M ? col_scale[tk + 1] : 0.f;
+                }
+                h[2 * q] = f2h2(acc[4 * jj] * cs0, acc[4 * jj + 1] * cs1);          // rows g
+                h[2 * q + 1] = f2h2(acc[4 * jj + 2] * cs0, acc[4 * jj + 3] * cs1);  // rows g+8
+            }
+            // lane l addresses row l%8 of matrix l/8 (features +8 for odd matrices, tokens +8
+            // for matrices 2, 3; with an odd chunk count matrices 2, 3 repeat 0, 1)
+            int tok = 8 * (j - p0 + (mj >> 1)) + r;
+            if (j + 1 >= p0 + C::EPI_TOK / 8) tok = 8 * (j - p0) + r;
+            stsm_x4_trans(ebase + tok * (C::EPI_LD * 2) + (wi * 16 + (mj & 1) * 8) * 2, h[0], h[1], h[2], h[3]);
+        }
+        named_sync(2 + cw, 128);
+        for (int i = ct & 127; i < C::EPI_TOK * 8; i += 128) {
+            const int rr = i >> 3, ch = i & 7;
+            const int tok = tok0 + 8 * p0 + rr, n = nb + ch * 8;
+            if (tok >= M || n >= N) continue;
+            const uint4 v = *reinterpret_cast<const uint4*>(epi + rr * (C::EPI_LD * 2) + ch * 16);
+            __half* dst = yh + (size_t)tok * N + n;
+            if ((N & 7) == 0) {
+                *reinterpret_cast<uint4*>(dst) = v;
+            } else {  // ragged N: element by element (tests)
+                const u32 wd[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int q = 0; q < 8; ++q)
+                    if (n + q < N) dst[q] = __ushort_as_half((unsigned short)(wd[q >> 1] >> (16 * (q & 1))));
+            }
+        }
+        named_sync(2 + cw, 128);
+    }
+}
+
+// ------------------------------------------------------------------ the kernel
+// SCHED 0 (interleaved): one wgmma per k-step, the next k-step decoded while it runs (few A
+// registers: for wide token tiles). SCHED 1 (batched): the whole next stage decoded while
+// the current stage's wgmmas run (two register sets of A; more independent work per warp:
+// for narrow token tiles, where the decode dominates).
+template <int F, int BN, int STAGES, int WGS, int SCHED>
+__global__ void __launch_bounds__((WGS + 1) * 128, 1)
+engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16 or e4m3)
+            const __grid_constant__ TensorMap tm_a0,  // A_PLANES: upper plane; A_SMEM: A
+            const __grid_constant__ TensorMap tm_a1,  // A_PLANES: lower plane
+            const uint8_t* __restrict__ wcodes,       // A_FRAG: frag codes
+            const uint8_t* __restrict__ wscales,      // A_FRAG: frag scales
+            const float* __restrict__ col_scale,      // per-token output scale (or null)
+            void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters,
+            int M, int N, int K_pad, int RT, int TT, int n_ctas, float out_scale, int out_f32,
+            u32 l0, u32 l1, u32 l2, u32 l3, u32 lsp) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    using T = EngineFmt<F>;
+    constexpr int BK = C::BK, KS = C::KS, NACC = C::NACC;
+    constexpr bool BATCH = SCHED == 1;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const u32 sbase = smem_u32(smem);
+    const u32 bar_full = sbase + C::BAR_OFF, bar_empty = bar_full + 8 * STAGES;
+    int* s_flag = reinterpret_cast<int*>(smem + C::BAR_OFF + 16 * STAGES);
+
+    const int tid = threadIdx.x;
+    const int wg = warpgroup_id();
+    const int RTc = RT / WGS;                   // CTA row tiles of WGS * 64 features
+    const int KU = K_pad / BK;                  // k-blocks per tile
+    const long long U = (long long)TT * RTc * KU;
+    const int c = blockIdx.x;
+    const long long ubeg = (long long)c * U / n_ctas, uend = (long long)(c + 1) * U / n_ctas;
+    const int tile_beg = (int)(ubeg / KU), tile_end = (int)((uend - 1) / KU);
+    const int kb_beg = (int)(ubeg - (long long)tile_beg * KU);            // first k-block of tile_beg
+    const int kb_last = (int)(uend - 1 - (long long)tile_end * KU);       // last k-block of tile_end
+
+    if (tid == 0) {
+#pragma unroll 1
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bar_full + 8 * s, 1);
+            mbar_init(bar_empty + 8 * s, WGS * 4);  // one arrive per consumer warp
+        }
+        fence_barrier_init();
+    }
+    if (tid == 32) {
+        tma_prefetch_desc(&tm_b);
+        if constexpr (T::A_SRC != A_FRAG) tma_prefetch_desc(&tm_a0);
+        if constexpr (T::A_SRC == A_PLANES) tma_prefetch_desc(&tm_a1);
+    }
+    __syncthreads();
+    griddep_wait();  // with programmatic dependent launch: the previous kernel's results are visible
+
+    if (wg == 0) {
+        // ---------------------------------------------------------------- producer
+        setmaxnreg_dec<40>();
+        if (tid == 0 && ubeg < uend) {
+            // weights read by one token tile only are streamed past the L2 (evict first);
+            // with several token tiles they are re-read and keep the default policy
+            const u64 wpolicy = TT == 1 ? policy_evict_first() : policy_evict_normal();
+            int s = 0;
+            u32 phase = 0;
+#pragma unroll 1
+            for (int tile = tile_beg; tile <= tile_end; ++tile) {
+                const int tt = tile / RTc, rc = tile % RTc;
+                const int k_lo = tile == tile_beg ? kb_beg : 0, k_hi = tile == tile_end ? kb_last : KU - 1;
+#pragma unroll 1
+                for (int kb = k_lo; kb <= k_hi; ++kb) {
+                    mbar_wait(bar_empty + 8 * s, phase ^ 1);
+                    const int k0 = kb * BK;
+                    const u32 full = bar_full + 8 * s;
+                    const u32 st = sbase + s * C::STAGE_BYTES;
+                    mbar_arrive_expect_tx(full, C::TX);
+#pragma unroll
+                    for (int sub = 0; sub < C::B_SUB; ++sub)  // 128-byte columns: 64 f16 or 128 e4m3
+                        tma_load_2d(st + sub * BN * 128, &tm_b, k0 + sub * (T::FP8 ? 128 : 64), tt * BN, full);
+                    const u32 sa = st + C::B_BYTES;
+                    if constexpr (T::A_SRC == A_FRAG) {
+#pragma unroll
+                        for (int w = 0; w < WGS; ++w) {
+                            const long long rt = (long long)rc * WGS + w;
+                            bulk_g2s_hint(sa + w * C::FRAG_WG, wcodes + (rt * K_pad + k0) * 32, C::FRAG_CODE, full,
+                                          wpolicy);
+                            bulk_g2s_hint(sa + w * C::FRAG_WG + C::FRAG_CODE,
+                                          wscales + (rt * (K_pad / T::BLOCK) + k0 / T::BLOCK) * 64 * T::SCALE_BYTES,
+                                          C::FRAG_SC, full, wpolicy);
+                        }
+                    } else if constexpr (T::A_SRC == A_PLANES) {
+                        tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);
+                        tma_load_2d(sa + WGS * 64 * 64, &tm_a1, k0, rc * WGS * 64, full);
+                    } else {
+                        tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);
+                    }
+                    if (++s == STAGES) { s = 0; phase ^= 1; }
+                }
+            }
+        }
+        return;
+    }
+
+    // -------------------------------------------------------------------- consumers
+    setmaxnreg_inc<C::REG_CONSUMER>();
+    const int ct = tid - 128;                  // consumer thread 0 .. CT-1
+    const int cw = ct >> 7;                    // consumer warpgroup
+    const int wi = (ct >> 5) & 3;              // warp in the warpgroup = its m16 tile
+    const int lane = tid & 31;
+    const Lut L{l0, l1, l2, l3, lsp};
+    uint8_t* epi = smem + STAGES * C::STAGE_BYTES + cw * C::EPI_TOK * C::EPI_LD * 2;
+
+    float acc[NACC];
+    float tmp[T::PROMOTE ? NACC : 1];
+    u32 a[BATCH ? 2 : 1][KS][4];                      // A registers of the stage's k-steps
+    uint4 wv[T::A_SRC == A_FRAG ? BK / 64 : 1];       // A_FRAG: the stage's code words
+    u64 sc = 0;                                       // A_FRAG: the stage's scale codes
+    u32 pl[2][4];                                     // A_PLANES: ldmatrix of the planes
+
+    int s = 0;
+    u32 phase = 0;
+    if (ubeg >= uend) return;
+#pragma unroll 1
+    for (int tile = tile_beg; tile <= tile_end; ++tile) {
+        const int k_lo = tile == tile_beg ? kb_beg : 0, k_hi = tile == tile_end ? kb_last : KU - 1;
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+        // tile prologue: no wgmma in flight
+        mbar_wait(bar_full + 8 * s, phase);
+        engine_load<F, BN, STAGES, WGS>(smem, s, cw, wi, lane, wv, sc);
+        if constexpr (BATCH) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks)
+                engine_decode<F, BN, STAGES, WGS>(a[0], ks, sbase, s, cw, wi, lane, wv, sc, pl, L);
+        } else {
+            engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s, cw, wi, lane, wv, sc, pl, L);
+        }
+        if constexpr (BATCH) {
+            // ------------------------------------------------ batched: two k-blocks per trip
+#pragma unroll 1
+            for (int kb0 = k_lo; kb0 <= k_hi; kb0 += 2) {
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int kb = kb0 + p;
+                    if (kb > k_hi) break;
+                    const u32 sb = sbase + s * C::STAGE_BYTES;
+                    const bool more = kb < k_hi;
+                    const int s_next = s + 1 == STAGES ? 0 : s + 1;
+                    const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
+                    const u64 sc_cur = sc;
+                    if constexpr (T::PROMOTE) fence_regs(tmp);
+                    fence_regs(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (int ks = 0; ks < KS; ++ks) {
+                        if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a[p], ks, sb, cw, ks == 0 ? 0 : 1);
+                        else engine_mma<F, BN, STAGES, WGS>(acc, a[p], ks, sb, cw, 1);
+                    }
+                    wgmma_commit();
+                    // the next stage's fragments while these wgmmas run (their registers
+                    // a[1-p] were read by the previous stage's group, retired below/before)
+                    if constexpr (!T::PROMOTE) {
+                        wgmma_wait<1>();
+                        if (kb > k_lo) {  // the previous stage's group has retired: release it
+                            __syncwarp();
+                            if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));
+                        }
+                    }
+                    if (more) {
+                        mbar_wait(bar_full + 8 * s_next, ph_next);
+                        engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+#pragma unroll
+                        for (int ks = 0; ks < KS; ++ks)
+                            engine_decode<F, BN, STAGES, WGS>(a[1 - p], ks, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                    }
+                    if constexpr (T::PROMOTE) {
+                        // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
+                        wgmma_wait<0>();
+                        fence_regs(tmp);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bar_empty + 8 * s);
+                        float sg = 1.f, sh = 1.f;
+                        if constexpr (T::SCALE_KIND == SCALE_FP32) {
+                            sg = engine_scale_f32<F>((u32)sc_cur & 0xFFFFu);
+                            sh = engine_scale_f32<F>((u32)(sc_cur >> 16) & 0xFFFFu);
+                        }
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
+                    }
+                    s = s_next;
+                    phase = ph_next;
+                }
+            }
+        } else {
+            // ------------------------------------------------ interleaved
+#pragma unroll 1
+            for (int kb = k_lo; kb <= k_hi; ++kb) {
+                const u32 sb = sbase + s * C::STAGE_BYTES;
+                const bool more = kb < k_hi;             // another k-block of this tile follows
+                const int s_next = s + 1 == STAGES ? 0 : s + 1;
+                const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
+                const u64 sc_cur = sc;
+                if constexpr (T::PROMOTE) fence_regs(tmp);
+                fence_regs(acc);
+                // One wgmma per k-step; while it runs, the next k-step's A registers are decoded
+                // (after wgmma_wait<KS-1> at most KS-1 groups are pending, so the registers of
+                // the k-step decoded next -- last read KS wgmmas ago -- are free). The last
+                // k-step loads and decodes the next stage's first.
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks) {
+                    wgmma_fence();
+                    if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a[0], ks, sb, cw, ks == 0 ? 0 : 1);
+                    else engine_mma<F, BN, STAGES, WGS>(acc, a[0], ks, sb, cw, 1);
+                    wgmma_commit();
+                    if (ks + 1 < KS) {
+                        wgmma_wait<KS - 1>();
+                        engine_decode<F, BN, STAGES, WGS>(a[0], ks + 1, sbase, s, cw, wi, lane, wv, sc, pl, L);
+                    } else if constexpr (T::PROMOTE) {
+                        // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
+                        wgmma_wait<0>();
+                        fence_regs(tmp);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bar_empty + 8 * s);
+                        float sg = 1.f, sh = 1.f;
+                        if constexpr (T::SCALE_KIND == SCALE_FP32) {
+                            sg = engine_scale_f32<F>((u32)sc_cur & 0xFFFFu);
+                            sh = engine_scale_f32<F>((u32)(sc_cur >> 16) & 0xFFFFu);
+                        }
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
+                        if (more) {
+                            mbar_wait(bar_full + 8 * s_next, ph_next);
+                            engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+                            engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                        }
+                    } else {
+                        wgmma_wait<KS - 1>();
+                        // every wgmma of the previous stage has retired: release it
+                        if (kb > k_lo) {
+                            __syncwarp();
+                            if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));
+                        }
+                        if (more) {
+                            mbar_wait(bar_full + 8 * s_next, ph_next);
+                            engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+                            engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                        }
+                    }
+                }
+                s = s_next;
+                phase = ph_next;
+            }
+        }
+        if constexpr (!T::PROMOTE) {
+            wgmma_wait<0>();
+            fence_regs(acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));  // the tile's last stage
+        }
+        engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, n_ctas, ubeg, epi, s_flag, col_scale, y, ws,
+                                               counters, M, N, out_scale, out_f32);
+    }
+}
+
+}  // namespace mt

@@ -1,0 +1,245 @@
+"""The GEMM engine (kernels/engine.cu) on the GPU: every format and tile configuration
+against the golden float64 GEMM (the FP32-accumulation bound of mactile.gpu.check), exact
+cases (atol=0) for every CTA partition, poisoned outputs, odd shapes, a broken decode."""
+import numpy as np
+import pytest
+
+from fp4_gpu_util import GPU, cupy, poisoned
+from mactile.golden import MXFP4, NVFP4, RaZeR, RaZeRG128
+from mactile.gpu.check import check_close, reference
+from mactile.gpu.packing import pack_w4a16, quantized_from_arrays
+
+pytestmark = GPU
+
+FORMATS = [NVFP4(), MXFP4(), RaZeR(), RaZeRG128(special_values=(5.0, 7.5))]
+FIDS = ["nvfp4", "mxfp4", "razer", "razer-g128"]
+
+
+def _engine():
+    from mactile.gpu import engine
+    return engine
+
+
+def _weight(fmt, N, K, rng):
+    w = rng.standard_normal((N, K)).astype(np.float32) * rng.uniform(0.05, 2.0, (N, 1)).astype(np.float32)
+    w[:, ::29] *= 7.0
+    w[:3, :64] = 0.0  # whole zero blocks (mxfp4: scale code 0)
+    return fmt.quantize(w)
+
+
+def _configs(fmt_name):
+    """Every configuration instance() prebuilds for the format, plus 1-warpgroup shapes."""
+    e = _engine()
+    return [c for f, c in e.instances() if f == fmt_name]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
+@pytest.mark.parametrize("NK", [(203, 1152), (384, 2048)], ids=["N203-K1152", "N384-K2048"])
+@pytest.mark.parametrize("M", [1, 5, 16, 37, 130, 300])
+@pytest.mark.parametrize("out_dtype", [np.float16, np.float32], ids=["f16", "f32"])
+def test_against_golden(fmt, NK, M, out_dtype, rng):
+    cp = cupy()
+    N, K = NK
+    q = _weight(fmt, N, K, rng)
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    x = (rng.standard_normal((M, K)) * rng.uniform(0.2, 3.0, (M, 1))).astype(np.float16)
+    y = poisoned((M, N), out_dtype)
+    _engine().gemm_fp4(cp.asarray(x), pw, out=y)
+    y_ref, abs_sum = reference(x, q.dequantize())
+    check_close(y.get(), y_ref, abs_sum, K, what=f"engine/{fmt.name}/M{M}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
+def test_every_tile_configuration(fmt, rng):
+    """Each prebuilt (BN, stages) of the format, at an M that fills the tile and one that
+    does not, with the default and a forced 3-CTA partition (shared tiles)."""
+    cp = cupy()
+    e = _engine()
+    N, K = 256, 1152
+    q = _weight(fmt, N, K, rng)
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    for cfg in _configs(fmt.name):
+        for M in (cfg.bn, max(1, cfg.bn - 3)):
+            x = rng.standard_normal((M, K)).astype(np.float16)
+            y_ref, abs_sum = reference(x, q.dequantize())
+            for n_ctas in (0, 3):
+                c = e.EngineConfig(cfg.bn, cfg.stages, cfg.wgs, n_ctas)
+                y = poisoned((M, N), np.float32)
+                e.gemm_fp4(cp.asarray(x), pw, cfg=c, out=y)
+                check_close(y.get(), y_ref, abs_sum, K, what=f"engine/{fmt.name}/{c}/M{M}")
+
+
+def _exact_case(fmt, N, K, rng):
+    """Random codes, scales in a narrow range, unit tensor scale, small-integer activations:
+    every product and partial sum is exact in FP32, so the result must match exactly."""
+    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
+    nb = K // fmt.block_size
+    if fmt.name == "nvfp4":
+        sc = (rng.integers(6, 10, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
+    elif fmt.name == "mxfp4":
+        sc = rng.integers(124, 129, (N, nb)).astype(np.uint8)
+    elif fmt.name == "razer":
+        sc = (rng.integers(2, 6, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))
+              | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
+    else:
+        sc = (rng.integers(14, 16, (N, nb)) << 10 | rng.integers(0, 8, (N, nb)) << 7
+              | rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
+    q = quantized_from_arrays(fmt, codes, sc, 1.0)
+    return q
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
+@pytest.mark.parametrize("M", [3, 70, 260])
+def test_exact_arithmetic_every_partition(fmt, M, rng):
+    cp = cupy()
+    e = _engine()
+    N, K = 197, 1152
+    q = _exact_case(fmt, N, K, rng)
+    x = (rng.integers(-8, 9, (M, K)) * 0.125).astype(np.float16)
+    y_ref, _ = reference(x, q.dequantize())
+    assert np.abs(y_ref).max() < 2 ** 15  # exactness premise
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    base = e.config_for(fmt.name, M)
+    outs = []
+    for n_ctas in (1, 2, 5, 7, 0):
+        y = poisoned((M, N), np.float32)
+        e.gemm_fp4(cp.asarray(x), pw, cfg=e.EngineConfig(base.bn, base.stages, base.wgs, n_ctas), out=y)
+        np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
+        outs.append(y.get())
+
+
+def test_broken_decode_is_caught(rng, monkeypatch):
+    """nvfp4's bit-placement decode with a deliberately wrong word layout (the mantissa and
+    exponent-LSB bits of one slot swapped) breaks the stated bound; so does razer's lookup
+    table with the byte of code 3 changed."""
+    import dataclasses
+    from mactile.gpu import formats, packing
+    cp = cupy()
+    e = _engine()
+    N, K, M = 128, 1024, 20
+    x = rng.standard_normal((M, K)).astype(np.float16)
+    # razer: wrong LUT byte
+    q = _weight(RaZeR(), N, K, rng)
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    bad = list(pw.fmt.lut)
+    bad[0] = (bad[0] & 0x00FFFFFF) | (((bad[0] >> 24) + 2) << 24)  # code 3: 1.5 -> 2.0
+    pw.fmt = dataclasses.replace(pw.fmt, lut=tuple(bad))
+    y_ref, abs_sum = reference(x, q.dequantize())
+    y = e.gemm_fp4(cp.asarray(x), pw, out_dtype=np.float32)
+    with pytest.raises(AssertionError, match="exceeds"):
+        check_close(y.get(), y_ref, abs_sum, K)
+    # nvfp4: wrong bit positions
+    q = _weight(NVFP4(), N, K, rng)
+    good = formats.bp_bit_positions()
+
+    def broken():
+        pos = good.copy()
+        pos[0, [0, 1]] = pos[0, [1, 0]]
+        return pos
+
+    monkeypatch.setattr(packing, "bp_bit_positions", broken)
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    y_ref, abs_sum = reference(x, q.dequantize())
+    y = e.gemm_fp4(cp.asarray(x), pw, out_dtype=np.float32)
+    with pytest.raises(AssertionError, match="exceeds"):
+        check_close(y.get(), y_ref, abs_sum, K)
+
+
+def test_deterministic_and_graph_replay(rng):
+    """Bitwise equal results over repeated launches, also replayed from a CUDA graph (the
+    tile counters return to zero)."""
+    cp = cupy()
+    e = _engine()
+    q = _weight(NVFP4(), 640, 2048, rng)
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    x = cp.asarray(rng.standard_normal((20, 2048)).astype(np.float16))
+    cfg = e.EngineConfig(32, 8, 2, 9)  # shared tiles
+    a = e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get()
+    y = cp.empty((20, 640), dtype=cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        e.gemm_fp4(x, pw, cfg=cfg, out=y)  # warm-up (allocates the workspace)
+        stream.begin_capture()
+        for _ in range(3):
+            e.gemm_fp4(x, pw, cfg=cfg, out=y)
+        g = stream.end_capture()
+        y.fill(np.nan)
+        g.launch(stream)
+        stream.synchronize()
+    np.testing.assert_array_equal(a, y.get())
+    np.testing.assert_array_equal(a, e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get())
+
+
+def test_mxfp4_scale_window(rng):
+    """MXFP4 weights whose non-zero block scales span more binades than the FP16 decode
+    holds are refused by the packer, naming the span; within the window the result is exact."""
+    from mactile.gpu.formats import POW2_WINDOW
+    fmt = MXFP4()
+    N, K = 128, 256
+    codes = rng.integers(1, 8, (N, K), dtype=np.uint8)
+    sc = np.full((N, K // 32), 127, np.uint8)
+    sc[0, 0] = 127 + (POW2_WINDOW[1] - POW2_WINDOW[0]) + 1
+    q = quantized_from_arrays(fmt, codes, sc, 1.0)
+    with pytest.raises(ValueError, match="binades"):
+        pack_w4a16(q, layouts=("frag",))
+
+
+# ---------------------------------------------------------------- NestedFP on the engine
+def _nfp_data(rng, m, n, k):
+    w = (rng.standard_normal((n, k)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.2, 3.0, (m, 1))).astype(np.float16)
+    return w, x
+
+
+@pytest.mark.parametrize("bn", [8, 16, 64, 128, 256])
+def test_nestedfp16_reconstruction_exact(cp, bn):
+    """X = identity: Y = W^T exactly, for every eligible FP16 pattern (|w| <= 1.75)."""
+    from mactile.golden.nestedfp import nestedfp_merge
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    a = np.arange(1 << 16, dtype=np.uint32)
+    w = a[(a & 0x4000) == 0].astype(np.uint16).reshape(128, 256).view(np.float16).copy()
+    w[np.abs(w.astype(np.float32)) > 1.75] = np.float16(0.5)
+    layer = NestedFPLinear(cp.asarray(w))
+    e = _engine()
+    cfg = e.EngineConfig(bn, e.max_stages("nestedfp16", bn))
+    eye = cp.eye(256, dtype=cp.float16)
+    y = cp.full((256, 128), np.nan, dtype=cp.float16)
+    layer(eye, mode="fp16", config=cfg, y=y)
+    assert np.array_equal(y.get().T.astype(np.float32), w.astype(np.float32))
+    u, lo = layer.planes()
+    assert np.array_equal(nestedfp_merge(u, lo), w.view(np.uint16))
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 256, 1024), (37, 384, 2048), (300, 256, 1024), (64, 200, 4096)])
+def test_nestedfp_modes_against_golden(cp, rng, m, n, k):
+    """FP16 mode within the FP32-accumulation bound of the float64 GEMM; FP8 mode within
+    the same kind of bound of the golden FP8 reference (promotion every 128 of K)."""
+    from mactile.golden.fp8token import nestedfp8_matmul_reference, per_token_e4m3
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    e = _engine()
+    w, x = _nfp_data(rng, m, n, k)
+    layer = NestedFPLinear(cp.asarray(w))
+    for bn in sorted({e.config_for("nestedfp16", m).bn, 16}):
+        cfg = e.EngineConfig(bn, e.max_stages("nestedfp16", bn))
+        got = layer(cp.asarray(x), mode="fp16", config=cfg).get().astype(np.float64)
+        xd, wd = x.astype(np.float64), w.astype(np.float64)
+        ref = xd @ wd.T
+        bound = (k / 8 + 64) * 2.0 ** -23 * (np.abs(xd) @ np.abs(wd).T) + 2.0 ** -11 * np.abs(ref) + 2.0 ** -24
+        assert (np.abs(got - ref) <= bound).all(), f"fp16 mode, bn={bn}"
+    codes, scales = per_token_e4m3(x)
+    u, _ = layer.planes()
+    ref8 = nestedfp8_matmul_reference(codes, scales, u)
+    from mactile.golden import FP8_E4M3
+    xq = FP8_E4M3.values[codes].astype(np.float64) * scales[:, None].astype(np.float64)
+    wq = FP8_E4M3.values[u].astype(np.float64) * 2.0 ** -8
+    mag = np.abs(xq) @ np.abs(wq).T
+    for bn in sorted({e.config_for("nestedfp8", m).bn, 16}):
+        cfg = e.EngineConfig(bn, e.max_stages("nestedfp8", bn))
+        got = layer(cp.asarray(x), mode="fp8", config=cfg).get().astype(np.float64)
+        # Hopper's FP8 wgmma adds inside a 128-wide k block with about 14 significant bits
+        # (the partial sums are promoted to FP32 every 128 of K): 2^-13 of the block's
+        # magnitude per block, summed, bounds that; FP32 and FP16 rounding on top.
+        bound = 2.0 ** -13 * mag + (k / 8 + 64) * 2.0 ** -23 * mag + 2.0 ** -11 * np.abs(ref8) + 2.0 ** -24
+        err = np.abs(got - ref8)
+        print(f"fp8 bn={bn} m={m} k={k}: max err/mag {np.max(err / np.maximum(mag, 1e-30)):.3e}")
+        assert (err <= bound).all(), f"fp8 mode, bn={bn}"
