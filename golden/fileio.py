@@ -235,8 +235,8 @@ def check_output_dir(path, *, what: str = "output folder") -> Path:
     st = _stat(p)
     if st is not None:
         if not stat.S_ISDIR(st.st_mode):
-            raise OutputError(f"{what} {shown!r} exists and is {_kind(st.st_mode)}, not a "
-                              f"folder")
+            raise OutputError(f"{what} {shown!r} exists and is "
+                              f"{_kind(st.st_mode) or 'a regular file'}, not a folder")
         _probe_folder(p, shown)
         return p
     if p.is_symlink():
@@ -250,8 +250,8 @@ def check_output_dir(path, *, what: str = "output folder") -> Path:
             break
         anc = anc.parent
     if not stat.S_ISDIR(ast.st_mode):
-        raise OutputError(f"{what} {shown!r}: {str(anc)!r} is {_kind(ast.st_mode)}, not a "
-                          f"folder")
+        raise OutputError(f"{what} {shown!r}: {str(anc)!r} is "
+                          f"{_kind(ast.st_mode) or 'a regular file'}, not a folder")
     _probe_folder(anc, str(anc))
     return p
 

@@ -96,9 +96,14 @@ def run(args) -> int:
         design = get_design(args.design)
     except ValueError as e:
         raise CliError(str(e)) from None
-    lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
+    # Cheap checks first: the output folder and the parameters, then the library.
+    out = check_output_dir(args.output) if args.output else None
     params = dict(_param(t) for t in args.param)
-    out = check_output_dir(args.output) if args.output else None  # before the work
+    try:
+        design.resolve(**params)
+    except (ValueError, TypeError) as e:
+        raise CliError(str(e)) from None
+    lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
     try:
         component = design.build(**params)
     except (ValueError, TypeError) as e:
