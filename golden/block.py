@@ -424,7 +424,10 @@ def check_range(a: np.ndarray, limit: tuple[float, str] | None, *, name: str) ->
         return  # the dtype cannot hold such a value
     flat = a.reshape(-1)
     step = CHUNK_ELEMENTS
-    big = max(float(np.max(np.abs(flat[lo:lo + step]))) for lo in range(0, flat.size, step))
+    big = 0.0
+    for lo in range(0, flat.size, step):  # max and -min: no |x| temporary
+        part = flat[lo:lo + step]
+        big = max(big, float(part.max()), -float(part.min()))
     if big < bound:
         return
     mask = np.abs(a.astype(np.float64)) >= bound
