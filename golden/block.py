@@ -141,8 +141,14 @@ class QuantError:
         x1, y1 = x64.reshape(-1), y64.reshape(-1)
         exact = bool(np.array_equal(x1, y1))
         all_zero = not exact and not np.any(y1)
-        return cls(count=x1.size, exact=exact, all_zero=all_zero,
-                   _noise=(0.0, 0) if exact else _scaled_sum_sq(x1 - y1),
+        if exact:
+            noise = (0.0, 0)
+        elif max(float(np.max(np.abs(x1))), float(np.max(np.abs(y1)))) < 2.0 ** 1022:
+            noise = _scaled_sum_sq(x1 - y1)
+        else:  # x - y may overflow: subtract the halves (exact at these magnitudes)
+            m, e = _scaled_sum_sq(x1 * 0.5 - y1 * 0.5)
+            noise = (m, e + 1)
+        return cls(count=x1.size, exact=exact, all_zero=all_zero, _noise=noise,
                    _signal=_scaled_sum_sq(x1))
 
     @property

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is in the [dev] extra")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
@@ -179,6 +179,11 @@ pairs = st.integers(1, 24).flatmap(lambda n: st.tuples(
 
 
 @given(pairs)
+# Found by the thorough profile: x - y overflowed float64 (opposite signs near the largest
+# float), and a four-digit mantissa read back at the edge of the tolerance.
+@example((np.array([7.93650889e+297]), np.array([-1.79769313e+308])))
+@example((np.zeros(21), np.r_[4.66540688e+246, np.zeros(20)]))
+@example((np.full(4, 5e-324), np.zeros(4)))
 def test_error_metrics_are_exact_at_any_magnitude(xy):
     """MSE and SQNR of any two finite arrays, from 5e-324 to 1.8e308 (squares of which
     under- or overflow float64), agree with exact rational arithmetic to 1e-9."""
@@ -193,7 +198,8 @@ def test_error_metrics_are_exact_at_any_magnitude(xy):
         return
     assert e.mse > 0.0 and math.isclose(e.mse_log10, want, rel_tol=0, abs_tol=1e-9)
     mant, _, exp = e.mse_text.partition("e")
-    assert math.isclose(math.log10(float(mant)) + int(exp), want, abs_tol=2e-4)
+    # four significant digits: a relative error up to 5e-4, 2.2e-4 in log10
+    assert math.isclose(math.log10(float(mant)) + int(exp), want, abs_tol=2.5e-4)
     signal = exact_mse_log10(x, np.zeros_like(x))
     if signal > -math.inf:
         assert math.isclose(e.sqnr_db, 10 * (signal - want), abs_tol=1e-8)
