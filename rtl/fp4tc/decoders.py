@@ -39,6 +39,11 @@ def reset_offsets(operand: OperandSpec, specials, *, name: str = "specials") -> 
     special magnitude."""
     if specials is None:
         vals = default_specials(operand)
+    elif not operand.specials and specials in ([], ()):
+        vals = ()
+    elif not operand.specials:
+        raise TypeError(f"{operand.name} has no special values: {name} must be null or "
+                        f"empty, got {specials!r}")
     else:
         if isinstance(specials, (str, bytes)) or not hasattr(specials, "__iter__"):
             raise TypeError(f"{name} must be a list of {operand.specials} special "
@@ -152,7 +157,7 @@ class DecoderUnit(wiring.Component):
 
     def __init__(self, *, operand="razer", lanes: int = 16, specials=None):
         self.operand = op = _operand(operand)
-        self.lanes = lanes = validate.integer("decoder", "lanes", lanes, lo=1)
+        self.lanes = lanes = validate.integer("", "lanes", lanes, lo=1)
         self.reset_offsets = reset_offsets(op, specials)
         members = {"codes": In(FP4_E2M1.bits).array(lanes), "meta": In(OperandSpec.BYTE_BITS)}
         if op.specials:
