@@ -12,7 +12,7 @@ def main(argv) -> int:
     import cupy as cp
 
     from mactile.gpu import engine as e
-    from mactile.gpu.bench.fp4_bench import FORMATS, random_quantized
+    from mactile.gpu.bench.gemm_bench import FORMATS, random_quantized
     from mactile.gpu.nestedfp.kernels import NestedFPLinear
     from mactile.gpu.packing import pack_w4a16
 

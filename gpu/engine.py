@@ -108,18 +108,19 @@ def config_for(fmt: str, M: int) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
     most; 128 for formats with a per-stage FP32 promotion, which keeps two accumulator
     tiles), the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
-    decode's latency) for tiles of at most 64 tokens (16 for NestedFP16, whose fragments
-    take more registers), two above; the batched schedule up to 32 tokens, interleaved above
-    (registers). razer-g128 (eight k-steps of A per stage plus the promotion tile) keeps two
-    warpgroups and batches only up to 16 tokens."""
+    decode's latency) for tiles of at most 64 tokens (32 for NestedFP8's promotion tile, 16
+    for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps of
+    A plus the promotion tile), two above; the batched schedule up to 32 tokens (16 for
+    razer-g128), interleaved above (registers)."""
     tr = engine_traits(fmt)
     cap = 128 if tr["PROMOTE"] else 256
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
     bn = min(bn, cap)
     wide_a = tr["PROMOTE"] and tr["A_SRC"] == "A_FRAG"  # razer-g128: 8 k-steps of A per stage
-    planes = tr["A_SRC"] == "A_PLANES"  # NestedFP16: two planes of ldmatrix fragments
-    wgs = 4 if bn <= (16 if planes else 64) and not wide_a else 2
-    sched = 1 if bn <= 32 and not (wide_a and bn > 16) else 0
+    # the widest token tile at which four warpgroups still fit their registers (<= 96)
+    wgs4_max = 0 if wide_a else 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
+    wgs = 4 if bn <= wgs4_max else 2
+    sched = 1 if bn <= (16 if wide_a else 32) else 0
     return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
 
 
@@ -186,6 +187,8 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
         raise ValueError(f"{RT} row tiles of 64 are not a multiple of wgs = {cfg.wgs}")
     tiles = TT * (RT // cfg.wgs)
     units = tiles * (K_pad // tr["BK"])
+    if units >= 2 ** 31:
+        raise ValueError(f"{units} work units exceed the kernel's 32-bit stripe arithmetic")
     C = cfg.n_ctas or default_ctas(tiles, units)
     C = min(C, units)
     ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
@@ -222,7 +225,7 @@ def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.f
 
     ``x_map`` may pass a prebuilt :func:`activation_map` of ``x`` (benchmarks reuse it).
     """
-    cp = require_cupy()
+    require_cupy()
     fmt = pw.fmt.name
     if x.dtype != np.float16 or x.ndim != 2 or x.shape[1] != pw.K or not x.flags.c_contiguous:
         raise ValueError(f"x must be a C-contiguous float16 [M, {pw.K}] array, got {x.dtype} {x.shape}")
@@ -293,15 +296,42 @@ def gemm_fp8(xq, xscale, upper, N: int, *, cfg: EngineConfig | None = None, out=
 
 
 # --------------------------------------------------------------------------- prebuild
-def instances() -> list[tuple[str, EngineConfig]]:
-    """Every (format, configuration) the wrappers and the benchmark may launch."""
+def _variants(fmt: str, bn: int) -> list[EngineConfig]:
+    """The configurations tried for token tile ``bn`` (tuning): two or four consumer
+    warpgroups (four up to 64 tokens), either schedule, deepest pipeline."""
+    out = []
+    for wgs in ((2, 4) if bn <= 64 else (2,)):
+        for sched in SCHEDULES:
+            try:
+                c = EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
+            except ValueError:
+                continue
+            out.append(c)
+    return out
+
+
+def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
+    """Every (format, configuration) the wrappers may launch: the default per token tile of
+    every format, the tuning table's entries and, with ``tuning``, the variants that the
+    tuning sweep times (nvfp4 for the FP4 family, both NestedFP modes)."""
+    from .tuning import engine_table_configs  # noqa: PLC0415
+
     out = []
     for fmt in ENGINE_FORMATS:
         cap = 128 if engine_traits(fmt)["PROMOTE"] else 256
         for bn in TOKEN_TILES:
             if bn <= cap:
                 out.append((fmt, config_for(fmt, bn)))
-    return out
+                if tuning and fmt in ("nvfp4", "nestedfp16", "nestedfp8"):
+                    out += [(fmt, c) for c in _variants(fmt, bn)]
+    out += engine_table_configs()
+    seen, uniq = set(), []
+    for f, c in out:
+        key = (f, engine_name(f, c))
+        if key not in seen:
+            seen.add(key)
+            uniq.append((f, EngineConfig(c.bn, c.stages, c.wgs, 0, c.schedule)))
+    return uniq
 
 
 def prebuilt_jobs():

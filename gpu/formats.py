@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import E8M0, FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, MXFP4, RaZeR, RaZeRG128
+from mactile.golden import (E8M0, FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, MXFP4, RaZeR, RaZeRG128,
+                            require_default_convention)
 from mactile.golden.block import BlockFormat
 from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
@@ -250,8 +251,12 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
     Raises
     ------
     ValueError
-        For any other format, or a block size the kernels were not built for.
+        For any other format, a block size the kernels were not built for, or a
+        quantization convention other than the default (the kernels decode the default's
+        storage only: e.g. a torchao-style nvfp4 without a tensor scale).
     """
+    if isinstance(fmt, BlockFormat):
+        require_default_convention(fmt, "the GPU kernels")
     if type(fmt) is NVFP4:
         if fmt.block_size != 16:
             raise ValueError(f"nvfp4 kernels need block size 16, got {fmt.block_size}")

@@ -1,96 +1,109 @@
-"""``mactile.gpu.linear(x, packed_weight)``: the W4A16 linear layer, kernel chosen by M.
+"""``mactile.gpu.linear(x, packed)``: one call for every packed weight on the GPU.
 
-The choice comes from a *measured* crossover table (written by ``mactile bench gpu``,
-shipped in ``gpu/tuning/``): for each format and weight shape the benchmark records the
-largest M at which the CUDA-core kernel beat the tensor-core kernel. A request uses the
-entry of the nearest measured shape (log distance in N and K) for its format; M at or
-below the crossover runs the CUDA-core kernel (M <= 8 only), above it the tensor-core
-kernel. Without a table for the device, or without the layout a kernel needs, the
-kernel whose layout exists is used (tensor cores first: they handle every M).
+* FP4 weights (:class:`~mactile.gpu.packing.PackedW4A16`: nvfp4, mxfp4, razer, razer-g128)
+  run on the GEMM engine (:mod:`mactile.gpu.engine`) with the configuration of the device's
+  tuning table (``gpu/tuning/<device>.json``, measured by ``mactile bench gpu --tune``; the
+  entry of the nearest measured shape and the smallest measured M >= the request) or the
+  engine's default; for M <= 8 the CUDA-core GEMV (``rowmajor`` layout) when the table
+  measured it faster on the nearest shape.
+* NestedFP layers (:class:`~mactile.gpu.nestedfp.NestedFPLinear`) in ``mode='fp16'`` or
+  ``'fp8'``: the streaming kernels for M <= 8, the engine above.
+* FlexQ layers (:class:`~mactile.gpu.flexq.FlexQLinear`): W6A6/W6A8 on binary tensor cores.
+
+:func:`dispatch` says which kernel runs and why.
 """
 from __future__ import annotations
 
-import json
 import math
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from .packing import PackedW4A16
-from .runtime import device_info
+from .tuning import engine_choice, load_table
 from .w4a16 import CC_MAX_M, gemm_tc, gemv_cc
 
-__all__ = ["linear", "dispatch", "load_table", "TUNING_DIR", "Choice"]
-
-TUNING_DIR = Path(__file__).resolve().parent / "tuning"
+__all__ = ["linear", "dispatch", "Choice"]
 
 
 class Choice(tuple):
-    """(kernel, reason): kernel is "cc" or "tc"."""
+    """``(kernel, config, reason)``: kernel "engine" or "cc" (FP4), "nestedfp", "flexq"."""
 
     @property
     def kernel(self) -> str:
         return self[0]
 
     @property
-    def reason(self) -> str:
+    def config(self):
         return self[1]
 
-
-def _slug(name: str) -> str:
-    n = name.lower()
-    for key in ("h200", "h100", "gh200", "b200"):
-        if key in n:
-            return key
-    return "".join(ch if ch.isalnum() else "_" for ch in n)
+    @property
+    def reason(self) -> str:
+        return self[2]
 
 
-@lru_cache(maxsize=8)
-def load_table(path: str | None = None) -> dict | None:
-    """The crossover table for ``path`` or for the current device (None if absent)."""
-    if path is None:
-        try:
-            path = str(TUNING_DIR / f"{_slug(device_info()['name'])}.json")
-        except Exception:
-            return None
-    p = Path(path)
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
-
-
-def dispatch(pw: PackedW4A16, M: int, *, table: dict | None = None) -> Choice:
-    """Which kernel ``linear`` runs for ``M`` tokens, and why."""
-    has_cc = "rowmajor" in pw.layouts
-    has_tc = "frag" in pw.layouts
-    if not (has_cc or has_tc):
-        raise ValueError("the packed weight has no kernel layout")
-    if not has_tc:
-        if M > CC_MAX_M:
-            raise ValueError(f"M = {M} needs the tensor-core kernel, but the weight was packed "
-                             f"without the 'frag' layout")
-        return Choice(("cc", "only the rowmajor layout is packed"))
-    if not has_cc or M > CC_MAX_M:
-        return Choice(("tc", "M above the CUDA-core range" if has_cc else "only the frag layout is packed"))
-    entries = [e for e in (table or {}).get("entries", []) if e["format"] == pw.fmt.name]
+def _cc_faster(table: dict | None, pw: PackedW4A16, M: int) -> tuple[bool, str]:
+    entries = [e for e in (table or {}).get("crossover", []) if e["format"] == pw.fmt.name]
     if not entries:
-        return Choice(("tc", "no measured crossover for this format/device"))
+        return False, "no measured CUDA-core crossover"
     e = min(entries, key=lambda e: abs(math.log(e["N"] / pw.N)) + abs(math.log(e["K"] / pw.K)))
-    m_x = int(e["crossover_m"])
-    k = "cc" if M <= m_x else "tc"
-    return Choice((k, f"crossover M = {m_x} measured at N={e['N']} K={e['K']}"))
+    return M <= int(e["crossover_m"]), f"CUDA-core crossover M = {e['crossover_m']} measured at N={e['N']} K={e['K']}"
 
 
-def linear(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, table: dict | None = None):
-    """``y = x @ W.T`` for FP16 ``x[M, K]`` (CuPy) and a packed FP4 weight; FP32
-    accumulation, FP16 (default) or FP32 output. The kernel is chosen by :func:`dispatch`."""
-    if table is None:
-        table = load_table()
+def dispatch(packed, M: int, *, mode: str | None = None, table: dict | None = None) -> Choice:
+    """Which kernel :func:`linear` runs for ``M`` tokens, with what configuration, and why."""
+    if isinstance(packed, PackedW4A16):
+        has_cc, has_tc = "rowmajor" in packed.layouts, "frag" in packed.layouts
+        if not (has_cc or has_tc):
+            raise ValueError("the packed weight has no kernel layout")
+        if not has_tc:
+            if M > CC_MAX_M:
+                raise ValueError(f"M = {M} needs the engine, but the weight was packed without the "
+                                 "'frag' layout")
+            return Choice(("cc", None, "only the rowmajor layout is packed"))
+        if has_cc and M <= CC_MAX_M:
+            faster, why = _cc_faster(table, packed, M)
+            if faster:
+                return Choice(("cc", None, why))
+        cfg, why = engine_choice(table, packed.fmt.name, packed.K, packed.N, M)
+        return Choice(("engine", cfg, why if cfg else f"engine default ({why})"))
+    from .flexq.kernels import FlexQLinear  # noqa: PLC0415
+    from .nestedfp.kernels import NestedFPLinear  # noqa: PLC0415
+
+    if isinstance(packed, NestedFPLinear):
+        return Choice(("nestedfp", None, f"NestedFP {mode or 'fp16'} mode (its own M dispatch)"))
+    if isinstance(packed, FlexQLinear):
+        return Choice(("flexq", None, "FlexQ bit-plane GEMM"))
+    raise TypeError(f"linear: no GPU kernel for {type(packed).__name__} (pack FP4 weights with "
+                    "mactile.gpu.pack_w4a16, or build a NestedFPLinear / FlexQLinear)")
+
+
+def linear(x, packed, *, mode: str | None = None, out=None, out_dtype=np.float16, table: dict | None = None):
+    """``y = x @ W.T`` for FP16 ``x[M, K]`` (CuPy) and a packed weight ``W[N, K]``.
+
+    Parameters
+    ----------
+    packed : PackedW4A16 | NestedFPLinear | FlexQLinear
+    mode : {"fp16", "fp8"}, optional
+        NestedFP's precision mode (default "fp16"); refused for the other kinds.
+    out, out_dtype
+        Output buffer / dtype (FP16 default; FP32 for FP4 weights only).
+    table : dict, optional
+        A tuning table (default: the current device's, if shipped).
+    """
     M = int(x.shape[0]) if hasattr(x, "shape") and len(x.shape) == 2 else 0
     if M < 1:
         raise ValueError("x must be a 2-D [M, K] array with M >= 1")
-    ch = dispatch(pw, M, table=table)
+    if table is None:
+        table = load_table()
+    ch = dispatch(packed, M, mode=mode, table=table)
+    if mode is not None and ch.kernel != "nestedfp":
+        raise ValueError(f"mode={mode!r} applies to NestedFP layers only")
     if ch.kernel == "cc":
-        return gemv_cc(x, pw, out=out, out_dtype=out_dtype)
-    return gemm_tc(x, pw, out=out, out_dtype=out_dtype)
+        return gemv_cc(x, packed, out=out, out_dtype=out_dtype)
+    if ch.kernel == "engine":
+        return gemm_tc(x, packed, out=out, out_dtype=out_dtype, cfg=ch.config)
+    if np.dtype(out_dtype) != np.float16:
+        raise ValueError(f"{ch.kernel} layers write float16 outputs only")
+    if ch.kernel == "nestedfp":
+        return packed(x, mode=mode or "fp16", y=out)
+    return packed(x, y=out)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mactile.golden import E8M0, FP16, FP4_E2M1, Quantized
-from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
+from mactile.golden import E8M0, FP16, Quantized
+from mactile.golden.fp4blocks import ZERO_CODE
 
 from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, FORMAT_IDS, POW2_WINDOW, KernelFormat,
                       bp_bit_positions, bp_decode_word, kernel_format)
@@ -311,6 +311,8 @@ def pack_activation(q: Quantized, *, xp=np) -> PackedActivation:
 
     if type(q.format) is not NVFP4 or q.format.block_size != 16:
         raise ValueError(f"W4A4 activations must be nvfp4 with block 16, got {q.format.describe()}")
+    from mactile.golden import require_default_convention
+    require_default_convention(q.format, "the W4A4 GPU kernels")
     if len(q.shape) != 2:
         raise ValueError(f"activations must be 2-D [M, K]; got shape {q.shape}")
     M, K = q.shape

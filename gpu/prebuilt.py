@@ -1,7 +1,8 @@
-"""Kernels from cubins built ahead of time with the local nvcc, else NVRTC on the device.
+"""Kernels from cubins built ahead of time with the local nvcc, else NVRTC on the device:
+the one build module of every kernel family.
 
-NVRTC compiles of the large unrolled FlexQ/NestedFP instantiations take seconds each, and
-on a lent GPU every second counts. ``python -m mactile.gpu.prebuilt OUTDIR`` compiles the
+NVRTC compiles of the large unrolled instantiations take seconds each, and on a lent GPU
+every second counts. ``python -m mactile.gpu.prebuilt OUTDIR`` compiles the
 instantiations that the tests and benchmarks use with the local ``nvcc`` (sm_90a) into
 ``OUTDIR/<digest>.cubin`` plus a name map; :func:`get_kernel` loads from there when the
 environment variable ``MACTILE_CUBIN_DIR`` names that folder and the source digest (source
@@ -79,8 +80,7 @@ def _compile_chunk(nvcc, source, names, cubin):
     table = {}
     for m, dm in zip(mangled, dem):
         mm = re.match(r"(?:void )?(.*?)\(", dm)
-        if mm:
-            table[_norm(mm.group(1))] = [cubin.name, m]
+        table[_norm(mm.group(1) if mm else dm)] = [cubin.name, m]  # extern "C": the plain name
     missing = [n for n in names if _norm(n) not in table]
     if missing:
         raise RuntimeError(f"{cubin.name} lacks {missing}")
@@ -112,10 +112,12 @@ def build(jobs, outdir, *, workers: int = 2, chunk: int = 6) -> list[Path]:
 
 
 def _jobs():
+    """Every kernel family's instantiations (engine, CUDA-core/ReSET, FlexQ, NestedFP)."""
+    from .build import prebuilt_jobs as bj
     from .engine import prebuilt_jobs as ej
     from .flexq.kernels import prebuilt_jobs as fj
     from .nestedfp.kernels import prebuilt_jobs as nj
-    return ej() + fj() + nj()
+    return ej() + bj() + fj() + nj()
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """W4A16 kernels: ``y[M, N] = x[M, K] @ W[N, K].T`` with FP16 ``x``, FP4 ``W``.
 
-* :func:`gemm_tc` -- tensor-core GEMM (``mma.sync`` m16n8k16, any M; frag layout);
+* :func:`gemm_tc` -- tensor-core GEMM, any M: the GEMM engine (:mod:`mactile.gpu.engine`,
+  TMA + mbarrier pipeline + wgmma; frag layout);
 * :func:`gemv_cc` -- CUDA-core GEMV/small GEMM (M = 1..8, FP32 FFMA; rowmajor layout).
 
 Both accumulate in FP32 and multiply by the weight's FP32 tensor scale at the end; the
-output is FP16 (default) or FP32. Work is split into ``n_ctas`` stripes of equal length
-(Marlin/RaZeR partitioning, App. E: fewer CTAs than SMs for small matrices means fewer
-partial tiles to reduce); the default is one CTA per SM (per token tile), capped by the
-number of work units.
+output is FP16 (default) or FP32. The CUDA-core kernel splits its work into ``n_ctas``
+stripes of equal length (Marlin/RaZeR partitioning, App. E: fewer CTAs than SMs for small
+matrices means fewer partial tiles to reduce).
 """
 from __future__ import annotations
 
@@ -17,34 +17,16 @@ from .build import kernel
 from .packing import ROW_TILE, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
 
-__all__ = ["gemm_tc", "gemv_cc", "TC_CONFIGS", "TC_STAGE_SWEEP", "CC_STAGES", "tc_config", "tc_smem", "cc_smem",
-           "tc_units", "cc_units", "Workspace", "CC_MAX_M", "check_activation", "tc_ctas_per_sm",
-           "cc_ctas_per_sm", "default_ctas"]
+__all__ = ["gemm_tc", "gemv_cc", "CC_STAGES", "cc_smem", "cc_units", "Workspace", "CC_MAX_M",
+           "check_activation", "cc_ctas_per_sm", "default_ctas"]
 
-#: Tensor-core tile configurations by tokens per CTA: (MT, KT, stages). Larger M runs
-#: several 64-token tiles (two CTAs per SM beat one 128-token CTA per SM).
-TC_CONFIGS = {8: (8, 256, 6), 16: (16, 256, 5), 32: (32, 256, 4), 64: (64, 128, 4)}
 CC_STAGES = 4
 CC_MAX_M = 8
-#: Extra pipeline depths instantiated for the stage sweep (``gemm_tc(stages=...)``; nvfp4).
-TC_STAGE_SWEEP = {8: (3, 4, 5, 6), 16: (3, 4, 5)}
 _RM_KC = 512
-
-
-def tc_config(M: int) -> tuple[int, int, int]:
-    for mt in sorted(TC_CONFIGS):
-        if M <= mt:
-            return TC_CONFIGS[mt]
-    return TC_CONFIGS[max(TC_CONFIGS)]
 
 
 def _round(a: int, b: int) -> int:
     return -(-a // b) * b
-
-
-def tc_ctas_per_sm(fmt_id: int, MT: int) -> int:
-    """CTAs per SM of ``w4a16_tc`` (mirrors ``TcCfg::MINB``)."""
-    return 2 if (MT <= 32 or (MT == 64 and fmt_id != 2)) else 1
 
 
 def cc_ctas_per_sm(MT: int) -> int:
@@ -61,27 +43,11 @@ def default_ctas(units: int, ctas_per_sm: int, *, min_units: int) -> int:
     return int(max(1, min(ctas_per_sm * sms, max(sms, units // min_units), units)))
 
 
-def tc_smem(block: int, scale_bytes: int, MT: int, KT: int, S: int) -> int:
-    """Dynamic shared memory of ``w4a16_tc`` (mirrors ``TcCfg`` in w4a16_tc.cu)."""
-    code = KT * 32
-    scale = (KT // block) * 64 * scale_bytes
-    stage = code + _round(scale, 128) + MT * KT * 2
-    return S * stage + MT * 68 * 4 + 16
-
-
 def cc_smem(block: int, scale_bytes: int, MT: int, S: int) -> int:
     """Dynamic shared memory of ``w4a16_cc`` (mirrors ``CcCfg`` in w4a16_cc.cu)."""
     scales = 8 * (_RM_KC // block) * 8 * scale_bytes
     stage = (64 * _RM_KC // 2) + scales + MT * _RM_KC * 2
     return S * stage + MT * 68 * 4 + 16
-
-
-def tc_units(pw: PackedW4A16, KT: int) -> tuple[int, int, int]:
-    """(row tiles, units per row tile, all units) of the tensor-core kernel."""
-    K_pad = pw.layout("frag")["K_pad"]
-    RT = pw.N_pad // ROW_TILE
-    KU = ceil_div(K_pad, KT)
-    return RT, KU, RT * KU
 
 
 def cc_units(pw: PackedW4A16) -> tuple[int, int, int]:
@@ -158,36 +124,26 @@ def _on_device(pw: PackedW4A16, name: str):
 
 
 def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int | None = None,
-            mt: int | None = None, stages: int | None = None, sync: bool = False):
-    """Tensor-core W4A16 GEMM; ``mt`` forces a token tile (8, 16, 32, 64, 128), ``stages``
-    a pipeline depth of :data:`TC_STAGE_SWEEP` (nvfp4 only; for measurements)."""
-    lay = _on_device(pw, "frag")
+            cfg=None, sync: bool = False):
+    """Tensor-core W4A16 GEMM on the GEMM engine, any M.
+
+    Parameters
+    ----------
+    cfg : mactile.gpu.engine.EngineConfig, optional
+        Tile configuration (default: :func:`mactile.gpu.engine.config_for`).
+    n_ctas : int, optional
+        Persistent CTAs (overrides ``cfg.n_ctas``; for the exactness tests of every partition).
+    """
+    from .engine import EngineConfig, config_for, gemm_fp4  # noqa: PLC0415
+
+    _on_device(pw, "frag")
     M = check_activation(x, pw.K)
-    MT, KT, S = TC_CONFIGS[mt] if mt is not None else tc_config(M)
-    if stages is not None:
-        if pw.fmt.fmt_id != 0 or stages not in TC_STAGE_SWEEP.get(MT, ()):
-            raise ValueError(f"stages={stages} is not instantiated for MT={MT}/{pw.fmt.name} "
-                             f"(TC_STAGE_SWEEP: {TC_STAGE_SWEEP})")
-        S = stages
-    y, f32 = _out(out, M, pw.N, out_dtype)
-    kf = pw.fmt
-    RT, KU, U = tc_units(pw, KT)
-    T = ceil_div(M, MT)
+    y, _ = _out(out, M, pw.N, out_dtype)
+    c = cfg or config_for(pw.fmt.name, M)
     if n_ctas is not None:
-        C = n_ctas
-    elif MT <= 16:  # small token tiles: one CTA per SM (stage/grid sweep, docs/gpu.md)
-        C = default_ctas(U, 1, min_units=12)
-    else:  # compute-bound tiles want every CTA slot
-        C = max(1, tc_ctas_per_sm(kf.fmt_id, MT) * sm_count() // T)
-    C = int(max(1, min(C, U)))
-    ws, cnt = Workspace.get(T * 2 * C * MT * 64, T * RT)
-    smem = tc_smem(kf.block, kf.scale_dtype.itemsize, MT, KT, S)
-    k = kernel("w4a16_tc", F=kf.fmt_id, MT=MT, KT=KT, S=S, smem=smem)
-    scale = np.float32(pw.tensor_scale * 2.0 ** kf.tc_out_log2)  # undo the decode's power of two
-    k((C, T), (256,), (lay["codes"], lay["scales"], x, y, ws, cnt, np.int32(M), np.int32(pw.N),
-                       np.int32(pw.K), np.int32(lay["K_pad"]), np.int32(RT), np.int32(C), scale,
-                       np.int32(f32), *_lut_args(pw)), shared_mem=smem)
-    check_launch("w4a16_tc", sync=sync)
+        c = EngineConfig(c.bn, c.stages, c.wgs, int(n_ctas), c.sched)
+    gemm_fp4(x, pw, cfg=c, out=y)
+    check_launch("engine_gemm", sync=sync)
     return y
 
 

@@ -342,9 +342,11 @@ def read_json(path) -> tuple[dict, list[dict]]:
 def plot_records(records: Sequence[dict], path, *, x: str = "M", y: str = "speedup_vs_fp16",
                  panel: Callable[[dict], str] = lambda r: f"K={r['K']} N={r['N']}",
                  series: Callable[[dict], str] = lambda r: f"{r['kernel']}/{r['format']}",
-                 title: str = "", hline: float | None = 1.0, logx: bool = True) -> None:
+                 title: str = "", hline: float | None = 1.0, logx: bool = True,
+                 extra_line: dict | None = None, extra_label: str = "cuBLAS FP8") -> None:
     """Small-multiple line plot: one panel per ``panel(record)``, one line per
-    ``series(record)``; needs matplotlib (the ``[plot]`` extra)."""
+    ``series(record)``; ``extra_line`` ({x: y}) is drawn dashed in every panel. Needs
+    matplotlib (the ``[plot]`` extra)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -368,6 +370,9 @@ def plot_records(records: Sequence[dict], path, *, x: str = "M", y: str = "speed
                         ms=3, lw=1.2, label=n, color=colors[n])
         if hline is not None:
             ax.axhline(hline, color="k", lw=0.7, ls="--")
+        if extra_line:
+            xs_ = sorted(extra_line)
+            ax.plot(xs_, [extra_line[v] for v in xs_], color="k", lw=1.4, ls=":", label=extra_label)
         if logx:
             ax.set_xscale("log", base=2)
         ax.set_title(pn, fontsize=9)

@@ -64,9 +64,13 @@ struct EngCfg {
     static constexpr int CT = WGS * 128;                   // consumer threads
     static constexpr int NACC = BN / 2;                    // FP32 accumulators per thread
     static constexpr int SC_T = T::A_SRC == A_FRAG ? (BK / T::BLOCK) * 2 * T::SCALE_BYTES : 0;
-    // registers per consumer thread after setmaxnreg (the producer keeps 40): as many as the
-    // register file gives, in multiples of 8
-    static constexpr int REG_CONSUMER = WGS == 1 ? 240 : WGS == 2 ? 232 : WGS == 3 ? 152 : 112;
+    // Registers per consumer thread after setmaxnreg (1-2 consumer warpgroups; the producer
+    // keeps 40). setmaxnreg.inc can only take what the CTA's decreases released from its
+    // launch allocation (entry registers x threads): with 384 threads at 168, 232 fit. With
+    // 3-4 consumer warpgroups the entry count is whatever ptxas chose under the launch bound,
+    // so no setmaxnreg there (an increase beyond the released registers would never return).
+    static constexpr bool SETMAXNREG = WGS <= 2;
+    static constexpr int REG_CONSUMER = WGS == 1 ? 240 : 232;
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: multiple of 8 in [8, 256]");
     static_assert(WGS >= 1 && WGS <= 4, "one to four consumer warpgroups");
     static_assert(WGS <= 2 || BN <= 64, "three or four consumer warpgroups: BN <= 64 (registers)");
@@ -229,10 +233,8 @@ __device__ __forceinline__ float engine_scale_f32(u32 code) {
 
 // ------------------------------------------------------------------ work partition
 // Persistent CTA c walks units [ubeg, uend) of the (tile, k-block) sequence, tile-major:
-// equal stripes (Marlin/stream-K). Owner of unit u: the largest c with c*U/C <= u.
-__device__ __forceinline__ int stripe_owner64(long long u, long long U, int C) {
-    return (int)(((u + 1) * C + U - 1) / U) - 1;
-}
+// equal stripes (Marlin/stream-K): stripe_begin / stripe_owner of fp4_common.cuh (U < 2^31,
+// checked on the host).
 
 // acc[i] = p[i] + acc[i] for a partial-sum slot [NACC/4][CT] float4 (the loads of a chunk
 // of 16 float4 in flight together).
@@ -262,8 +264,8 @@ __device__ __forceinline__ void engine_add_partial(float (&acc)[NACC], const flo
 // formed in the same order whoever arrives last: (((p_first + p_2) + ...) + p_last), the
 // last arriver inserting its own sums (still in registers) at their place.
 template <int F, int BN, int STAGES, int WGS>
-__device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, long long U,
-                                                   int n_ctas, long long ubeg, uint8_t* epi, int* s_flag,
+__device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, int U,
+                                                   int n_ctas, int ubeg, uint8_t* epi, int* s_flag,
                                                    const float* __restrict__ col_scale, void* __restrict__ y,
                                                    float* __restrict__ ws, int* __restrict__ counters, int M,
                                                    int N, float out_scale, int out_f32) {
@@ -274,8 +276,8 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
     const int c = blockIdx.x;
     const int tt = tile / RTc, rc = tile % RTc;
     const int tok0 = tt * BN, nb = (rc * WGS + cw) * 64;
-    const long long t_u0 = (long long)tile * KU;
-    const int c_first = stripe_owner64(t_u0, U, n_ctas), c_last = stripe_owner64(t_u0 + KU - 1, U, n_ctas);
+    const int t_u0 = tile * KU;
+    const int c_first = stripe_owner(t_u0, U, n_ctas), c_last = stripe_owner(t_u0 + KU - 1, U, n_ctas);
     if (c_first != c_last) {
         // partial sums as float4 [slot][NACC/4][CT] (coalesced); slot 2c: the tile is the first
         // of c's stripe, 2c+1: its last. Every later contributor's stripe begins in the tile.
@@ -293,7 +295,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         named_sync(1, CT);
         if (*s_flag == 0) return;
         __threadfence();
-        const long long b_first = (long long)c_first * U / n_ctas;
+        const int b_first = stripe_begin(c_first, U, n_ctas);
         const int first_slot = 2 * c_first + (b_first < t_u0 ? 1 : 0);
         auto slot_of = [&](int cc) { return cc == c_first ? first_slot : 2 * cc; };
         // acc = S + acc where S is the in-order sum of the earlier contributors' partials
@@ -421,12 +423,12 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     const int wg = warpgroup_id();
     const int RTc = RT / WGS;                   // CTA row tiles of WGS * 64 features
     const int KU = K_pad / BK;                  // k-blocks per tile
-    const long long U = (long long)TT * RTc * KU;
+    const int U = TT * RTc * KU;                // < 2^31 (host check)
     const int c = blockIdx.x;
-    const long long ubeg = (long long)c * U / n_ctas, uend = (long long)(c + 1) * U / n_ctas;
-    const int tile_beg = (int)(ubeg / KU), tile_end = (int)((uend - 1) / KU);
-    const int kb_beg = (int)(ubeg - (long long)tile_beg * KU);            // first k-block of tile_beg
-    const int kb_last = (int)(uend - 1 - (long long)tile_end * KU);       // last k-block of tile_end
+    const int ubeg = stripe_begin(c, U, n_ctas), uend = stripe_begin(c + 1, U, n_ctas);
+    const int tile_beg = ubeg / KU, tile_end = (uend - 1) / KU;
+    const int kb_beg = ubeg - tile_beg * KU;    // first k-block of tile_beg
+    const int kb_last = uend - 1 - tile_end * KU;  // last k-block of tile_end
 
     if (tid == 0) {
 #pragma unroll 1
@@ -446,7 +448,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
 
     if (wg == 0) {
         // ---------------------------------------------------------------- producer
-        setmaxnreg_dec<40>();
+        if constexpr (C::SETMAXNREG) setmaxnreg_dec<40>();
         if (tid == 0 && ubeg < uend) {
             // weights read by one token tile only are streamed past the L2 (evict first);
             // with several token tiles they are re-read and keep the default policy
@@ -492,7 +494,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     }
 
     // -------------------------------------------------------------------- consumers
-    setmaxnreg_inc<C::REG_CONSUMER>();
+    if constexpr (C::SETMAXNREG) setmaxnreg_inc<C::REG_CONSUMER>();
     const int ct = tid - 128;                  // consumer thread 0 .. CT-1
     const int cw = ct >> 7;                    // consumer warpgroup
     const int wi = (ct >> 5) & 3;              // warp in the warpgroup = its m16 tile

@@ -4,9 +4,10 @@ Source: 004_a14d4b71d1ae7c1e.txt Sec. 4.2-4.3, 5.2. ``NestedFPLinear(w)`` checks
 eligibility (every ``|w| <= threshold``), splits eligible FP16 weights on the GPU into the
 upper (E4M3 of 256 w) and lower byte planes and drops the FP16 copy; an ineligible layer
 keeps its FP16 weights and runs cuBLAS FP16 in both modes (the paper's exception layers).
-``layer(x, mode='fp16')`` reconstructs FP16 weights in registers before a ``wgmma`` with A
-from registers; ``layer(x, mode='fp8')`` quantizes activations per token to E4M3 and runs
-an FP8 ``wgmma`` on the upper plane alone, times ``scale * 2**-8``.
+``layer(x, mode='fp16')`` reconstructs FP16 weights in registers; ``layer(x, mode='fp8')``
+quantizes activations per token to E4M3 and multiplies with the upper plane alone as E4M3,
+times ``scale * 2**-8``. M <= 8: the streaming kernels here (mma.sync); above: the GEMM
+engine (:mod:`mactile.gpu.engine`; FP8 partial sums promoted to FP32 every 128 of K).
 """
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ from mactile.golden.block import InputError
 from mactile.golden.nestedfp import PAPER_THRESHOLD
 
 from .. import prebuilt, runtime
-from .codegen import TOKEN_TILES, wgmma_source
 
-__all__ = ["NestedFPLinear", "NfpConfig", "StreamConfig", "choose_config", "choose_stream", "KPERM", "unpermute_k",
+__all__ = ["NestedFPLinear", "StreamConfig", "choose_stream", "KPERM", "unpermute_k",
            "MODES", "split_planes", "quantize_e4m3"]
 
 _SRC = Path(__file__).with_name("nestedfp.cu")
@@ -41,100 +41,6 @@ def unpermute_k(a):
     out = np.empty_like(a)
     out.reshape(r, kp // 16, 16)[:, :, KPERM] = a.reshape(r, kp // 16, 16)
     return out
-
-
-@dataclass(frozen=True)
-class NfpConfig:
-    """GEMM shape: WG consumer warpgroups (64 weight rows each), BN tokens per tile,
-    STAGES shared-memory stages, SPLIT K splits (>1: FP32 workspace reduction).
-
-    ``a_src`` (FP16 mode): 'smem' reconstructs the weights into a shared-memory A tile and
-    runs wgmma with both operands in shared memory (``nestedfp_gemm_sr``, needs stages >= 4);
-    'regs' reconstructs into registers for a register-fed wgmma (``nestedfp_gemm`` MODE 0,
-    which ptxas serialises); 'auto': 'smem' when stages >= 4."""
-
-    wg: int
-    bn: int
-    stages: int
-    split: int = 1
-    a_src: str = "auto"
-
-    def __post_init__(self):
-        if self.wg not in (1, 2):
-            raise ValueError(f"NfpConfig.wg must be 1 or 2, got {self.wg}")
-        if self.bn not in TOKEN_TILES:
-            raise ValueError(f"NfpConfig.bn must be one of {TOKEN_TILES}, got {self.bn}")
-        if not 3 <= self.stages <= 8:
-            raise ValueError(f"NfpConfig.stages must lie in [3, 8], got {self.stages}")
-        if self.split < 1:
-            raise ValueError(f"NfpConfig.split must be >= 1, got {self.split}")
-        if self.a_src not in ("auto", "smem", "regs"):
-            raise ValueError(f"NfpConfig.a_src must be 'auto', 'smem' or 'regs', got {self.a_src!r}")
-        if self.a_src == "smem" and self.stages < 4:
-            raise ValueError("NfpConfig: a_src='smem' needs stages >= 4")
-
-    def smem_a(self, mode: str) -> bool:
-        """Whether FP16 mode runs the shared-memory-A kernel."""
-        if mode != "fp16":
-            return False
-        return self.a_src == "smem" or (self.a_src == "auto" and self.stages >= 4)
-
-    def smem(self, mode: str) -> int:
-        bw = 64 * self.wg
-        xb = self.bn * 128
-        if self.smem_a(mode):
-            stage = -(-(xb + 2 * bw * 64) // 1024) * 1024
-            return stage * self.stages + 2 * bw * 128 + 1024
-        wb = 2 * bw * 80 if mode == "fp16" else bw * 128
-        stage = -(-(xb + wb) // 1024) * 1024
-        return stage * self.stages + 1024
-
-
-def choose_config(m: int, n: int, k: int, mode: str) -> NfpConfig:
-    """Default tile shape; K is split when the tiles would leave block slots of the SMs idle.
-
-    FP16 mode (measured on the H100, docs/gpu.md): 8 < M <= 64 runs the register-fed wgmma
-    kernel where K is split (too few tiles for the SMs; M = 64: qkv 45 / o 33 / down 92 /
-    8192^2 97 us against 47 / 42 / 103 / 115 us with the streaming or shared-memory-A kernels,
-    same run) and the shared-memory-A kernel where the tiles fill the SMs (gate_up: 134 us
-    against 141 us); 128 < M <= 256 the 256-token shared-memory-A tile with a 2-way K split
-    where its tiles do not fill the SMs (M = 256: 143-197 us against 191-317 us for
-    (2, 128, 5), same run)."""
-    kp = -(-k // K_PAD) * K_PAD
-    bk = 64 if mode == "fp16" else 128
-    kt = kp // bk
-    fixed_split = None
-    regs_if_split = False
-    if m <= 64:
-        bn = next(t for t in TOKEN_TILES if t >= m)
-        if mode == "fp16":
-            cfg = NfpConfig(wg=1, bn=bn, stages=6, a_src="regs" if m > 8 else "auto")
-            regs_if_split = m > 8
-        else:
-            cfg = NfpConfig(wg=1, bn=bn, stages=8)
-    elif m <= 128 or (m <= 256 and mode == "fp8"):
-        cfg = NfpConfig(wg=2, bn=128, stages=5 if mode == "fp16" else 4)
-    elif m <= 256:  # FP16, 128 < M <= 256: (2, 256, 4) smem-A, 2-way split below one wave
-        cfg = NfpConfig(wg=2, bn=256, stages=4)
-        tiles = -(-n // 128)
-        fixed_split = min(2, max(1, kt // 2)) if tiles < _SMS else 1
-    else:
-        cfg = NfpConfig(wg=2, bn=256, stages=4)
-    split = 1
-    if fixed_split is not None:
-        split = fixed_split
-    else:
-        tiles = -(-n // (64 * cfg.wg)) * -(-m // cfg.bn)
-        per_sm = max(1, _SMEM_PER_SM // cfg.smem(mode))
-        if tiles < per_sm * _SMS:  # fewer tiles than resident block slots: split K
-            split = max(1, min(kt // 2, -(-per_sm * _SMS // tiles)))
-    if split > 1:
-        ktps = -(-kt // split)
-        split = -(-kt // ktps)
-    a_src = cfg.a_src
-    if regs_if_split and split == 1:  # enough tiles for every SM: the smem-A kernel (gate_up)
-        a_src = "auto"
-    return NfpConfig(cfg.wg, cfg.bn, cfg.stages, split, a_src)
 
 
 @dataclass(frozen=True)
@@ -218,7 +124,7 @@ STREAM_TABLE_M64: dict = {}
 
 
 def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
-    """Default streaming-kernel shape, or None where the wgmma kernel serves M."""
+    """Default streaming-kernel shape, or None where the GEMM engine serves M."""
     if m > 64:
         return None
     fuse = m <= FUSE_MAX_M
@@ -235,19 +141,11 @@ def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
 
 
 def _source() -> str:
-    return _SRC.read_text().replace("NESTEDFP_GENERATED_WGMMA", wgmma_source())
+    return _SRC.read_text()
 
 
 def _kernel(name: str, smem: int = 0):
     return prebuilt.get_kernel(_source(), name, max_dynamic_smem=smem)
-
-
-def _gemm_name(mode: str, cfg: NfpConfig, split: bool) -> str:
-    if cfg.smem_a(mode):
-        return (f"nfp::nestedfp_gemm_sr<{cfg.wg}, {cfg.bn}, {cfg.stages}, "
-                f"{'true' if split else 'false'}>")
-    return (f"nfp::nestedfp_gemm<{MODES.index(mode)}, {cfg.wg}, {cfg.bn}, {cfg.stages}, "
-            f"{'true' if split else 'false'}>")
 
 
 def _stream_name(mode: str, xq: int, cfg: StreamConfig) -> str:
@@ -264,25 +162,9 @@ STREAM_TEST = ((1, 1, 4, 2, 2), (1, 2, 2, 3, 1), (5, 1, 2, 2, 3), (8, 1, 4, 2, 2
 STREAM_SWEEP = ((1, 1, 4, 2, 2), (1, 2, 4, 1, 2), (1, 1, 8, 1, 2), (1, 1, 1, 8, 2), (1, 2, 1, 4, 2),
                 (8, 1, 8, 1, 2), (8, 2, 4, 1, 2), (8, 1, 4, 2, 2))
 
-#: Tile shapes the tests use besides :func:`choose_config`'s (wg, bn, stages, split).
-TEST_CONFIGS = ((1, 8, 3, 1), (1, 16, 4, 3), (2, 128, 3, 1), (1, 64, 6, 2), (2, 256, 4, 1),
-                (2, 128, 4, 2), (1, 8, 5, 2), (1, 16, 4, 3, "regs"), (2, 128, 4, 2, "regs"),
-                (1, 64, 6, 2, "regs"), (2, 256, 4, 2))
-BENCH_M = (1, 8, 64, 256, 1024, 2048)
-BENCH_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (8192, 8192))
-
-
 def prebuilt_jobs():
     """(source, names) for :mod:`mactile.gpu.prebuilt` (tests' and benchmarks' shapes)."""
     names = {"nfp::nestedfp_split", "nfp::nestedfp_quant_e4m3"}
-    for mode in MODES:
-        for m in BENCH_M + (37, 128, 200, 300, 5):
-            for n, k in BENCH_SHAPES + ((128, 256), (200, 272), (384, 1024), (136, 512)):
-                c = choose_config(m, n, k, mode)
-                names.add(_gemm_name(mode, c, c.split > 1))
-        for t in TEST_CONFIGS:
-            for sp in (False, True):
-                names.add(_gemm_name(mode, NfpConfig(*t), sp))
     stream = {StreamConfig(*t) for t in STREAM_TEST + STREAM_SWEEP}
     stream |= {choose_stream(m, 4096, 4096, "fp16") for m in range(1, STREAM_MAX_M + 1)}
     stream |= {StreamConfig(nt) for nt in range(1, 9)}
@@ -432,16 +314,23 @@ class NestedFPLinear:
             raise InputError("nestedfp: activations hold NaN or Inf")
         return y
 
-    def __call__(self, x, *, mode: str = "fp16", config: NfpConfig | None = None,
-                 check_finite: bool = False, y=None):
-        """``x``: CuPy float16 (M, K). Returns float16 (M, N) (into ``y`` when given)."""
+    def __call__(self, x, *, mode: str = "fp16", config=None, check_finite: bool = False, y=None):
+        """``x``: CuPy float16 (M, K). Returns float16 (M, N) (into ``y`` when given).
+
+        ``config``: a :class:`StreamConfig` (the small-M streaming kernel), an
+        :class:`~mactile.gpu.engine.EngineConfig` (the GEMM engine), or None: the streaming
+        kernel where :func:`choose_stream` has a shape (M <= 8), else the engine with the
+        device's tuning table or its default configuration."""
         cp = runtime.require_cupy()
+        from ..engine import EngineConfig, gemm_fp8, gemm_planes  # noqa: PLC0415
         if mode not in MODES:
             raise ValueError(f"nestedfp: mode must be one of {MODES}, got {mode!r}")
         if not isinstance(x, cp.ndarray) or x.dtype != cp.float16 or x.ndim != 2:
             raise InputError("nestedfp: activations must be a 2-d CuPy float16 array")
         if x.shape[1] != self.k or x.shape[0] == 0:
             raise InputError(f"nestedfp: activations {x.shape} do not match K = {self.k}")
+        if config is not None and not isinstance(config, (StreamConfig, EngineConfig)):
+            raise TypeError(f"nestedfp: config must be a StreamConfig or EngineConfig, got {type(config).__name__}")
         x = cp.ascontiguousarray(x)
         m = x.shape[0]
         if y is None:
@@ -452,49 +341,18 @@ class NestedFPLinear:
         if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
             cp.matmul(x, self.weight.T, out=y)
             return y
-        from ..engine import EngineConfig, gemm_fp8, gemm_planes  # noqa: PLC0415
-        if isinstance(config, EngineConfig):  # the GEMM engine (TMA, mbarrier pipeline, wgmma)
-            if mode == "fp16":
-                return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y)
-            buf = self._fp8.get(m)
-            if buf is None:
-                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
-                                      cp.empty((m,), dtype=cp.float32))
-            xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag)
-            return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y)
-        scfg = config if isinstance(config, StreamConfig) else None
         if config is None:
-            scfg = choose_stream(m, self.n, self.k, mode)
-        if scfg is not None:
-            return self._stream(x, mode, scfg, check_finite, y)
-        cfg = config or choose_config(m, self.n, self.k, mode)
-        bk = 64 if mode == "fp16" else 128
-        kt = self.kp // bk
-        ktps = -(-kt // cfg.split)
-        splits = -(-kt // ktps)
-        grid = (self.upper.shape[0] // (64 * cfg.wg), -(-m // cfg.bn), splits)
-        if splits > 1:
-            ws, cnt = self._workspace(m, grid[0] * grid[1])
-        else:
-            ws, cnt = self._dummy_f, self._dummy_i  # unused
+            config = choose_stream(m, self.n, self.k, mode)
+        if isinstance(config, StreamConfig):
+            return self._stream(x, mode, config, check_finite, y)
+        if config is None:
+            from ..tuning import engine_choice, load_table  # noqa: PLC0415
+            fmt = "nestedfp16" if mode == "fp16" else "nestedfp8"
+            config, _ = engine_choice(load_table(), fmt, self.k, self.n, m)
         if mode == "fp16":
-            xsrc, xs = x, self._dummy_f
-        else:
-            buf = self._fp8.get(m)
-            if buf is None:
-                buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8),
-                                      cp.empty((m,), dtype=cp.float32))
-            xsrc, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf,
-                                     flag=self._flag)
-        smem = cfg.smem(mode)
-        fn = _kernel(_gemm_name(mode, cfg, splits > 1), smem)
-        if smem <= 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = smem
-        if cfg.smem_a(mode):
-            args = (self.upper, self.lower, xsrc, y, ws, cnt)
-        else:
-            args = (self.upper, self.lower, xsrc, xs, y, ws, cnt)
-        fn(grid, (128 * cfg.wg,),
-           args + (np.int32(m), np.int32(self.n), np.int32(self.k), np.int32(self.kp),
-                   np.int32(x.shape[1]), np.int32(ktps)), shared_mem=smem)
-        return y
+            return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y)
+        buf = self._fp8.get(m)
+        if buf is None:
+            buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8), cp.empty((m,), dtype=cp.float32))
+        xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag)
+        return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y)

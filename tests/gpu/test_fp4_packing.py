@@ -41,10 +41,10 @@ def test_roundtrip_and_emulated_decode(fmt, shape, rng):
 
 
 def test_padding_is_inert(rng):
-    q = _weights(RaZeR(), 65, 48, rng)  # pads N to 128, K to 64 (frag) / 64 (rowmajor)
+    q = _weights(RaZeR(), 65, 48, rng)  # pads N to 256 (frag; 64 rowmajor), K to 64
     p = pack_w4a16(q)
     lay = p.layout("frag")
-    assert lay["codes"].shape[0] == 2 and lay["K_pad"] == 64
+    assert lay["codes"].shape[0] == 256 // 64 and lay["K_pad"] == 64
     full = emulate_frag_values(pack_w4a16(quantized_from_arrays(
         q.format, np.pad(q.codes.reshape(65, 48), ((0, 63), (0, 16)), constant_values=8),
         np.pad(q.scales, ((0, 63), (0, 1))), q.tensor_scale)))
@@ -170,3 +170,14 @@ def test_w4a4_m1_launch():
     for RT, KU in [(64, 28), (96, 8), (160, 10), (1, 1)]:
         C, S = w4a4_m1_launch(RT, KU, 132)
         assert S in W4A4_M1_STAGES and C == tile_aligned_ctas(RT, KU, (3 if RT >= 132 else 2) * 132)
+
+
+def test_non_default_convention_refused(rng):
+    """The GPU kernels decode the default (ocp) storage only: other conventions are refused
+    by name, never silently packed."""
+    from mactile.golden import convention_for
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    for fmt in (NVFP4(convention=convention_for("nvfp4", "torchao")),
+                MXFP4(convention=convention_for("mxfp4", "microxcaling"))):
+        with pytest.raises(ValueError, match="default \\(ocp\\) convention"):
+            pack_w4a16(fmt.quantize(x), layouts=("frag",))

@@ -1,6 +1,6 @@
 """Launch each FP4 kernel once (after one warm-up) on one shape, for a profiler.
 
-``ncu --launch-skip-before-match 0 python -m mactile.gpu.bench.profile_fp4`` profiles every
+``ncu --launch-skip-before-match 0 python benchmarks/profile_fp4.py`` profiles every
 launch; each kernel runs twice (warm-up + profiled). Also times the ReSET temperature
 step (batch 8, 151936-entry vocabulary) with graph replay and prints it.
 """
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
 
     from mactile.golden import NVFP4, RaZeR, RaZeRG128
     from mactile.gpu import gemm_tc, gemv_cc, gemv_w4a4, quantize_activation
-    from mactile.gpu.bench.fp4_bench import random_quantized
+    from mactile.gpu.bench.gemm_bench import random_quantized
     from mactile.gpu.bench.harness import time_launches
     from mactile.gpu.packing import pack_w4a16
 

@@ -1,6 +1,6 @@
 """Trial: CTA partition and pipeline depth of the rowmajor GEMVs (ReSET W4A4, CUDA-core W4A16).
 
-``python -m mactile.gpu.bench.gemv_trial OUTDIR`` times, on the nine shapes of
+``python benchmarks/gemv_trial.py OUTDIR`` times, on the nine shapes of
 ``mactile bench gpu`` (nvfp4 weights, M = 1 and 8), the default launch of ``gemv_w4a4``
 and ``gemv_cc`` against *tile-aligned* partitions (:func:`mactile.gpu.w4a4.tile_aligned_ctas`:
 no CTA's stripe ends inside a row tile except at its own end, so each CTA reduces at most
@@ -20,10 +20,10 @@ import numpy as np
 
 from mactile.golden import NVFP4
 
-from ..packing import pack_w4a16
-from ..runtime import device_info, require_cupy
-from .fp4_bench import SHAPES, _check, _copy, random_quantized
-from .harness import make_record, rotation_count, streaming_read_peak, time_launches, write_json
+from mactile.gpu.packing import pack_w4a16
+from mactile.gpu.runtime import device_info, require_cupy
+from mactile.gpu.bench.gemm_bench import SHAPES, _check_fp4, _copy, random_quantized
+from mactile.gpu.bench.harness import make_record, rotation_count, streaming_read_peak, time_launches, write_json
 
 #: (name, slots or None for the default partition, stages or None for the default)
 W4A4_M1 = (("default", None, None), ("tile396_s3", 396, 3), ("tile264_s5", 264, 5), ("tile132_s10", 132, 10))
@@ -36,8 +36,8 @@ def main(argv=None):
     out = Path(argv[0] if argv else "out/gemv_trial")
     out.mkdir(parents=True, exist_ok=True)
     cp = require_cupy()
-    from ..w4a16 import cc_units, gemv_cc
-    from ..w4a4 import gemv_w4a4, quantize_activation, tile_aligned_ctas
+    from mactile.gpu.w4a16 import cc_units, gemv_cc
+    from mactile.gpu.w4a4 import gemv_w4a4, quantize_activation, tile_aligned_ctas
     logf = open(out / "gemv_trial.log", "a")
 
     def log(s):
@@ -80,7 +80,7 @@ def main(argv=None):
                     ys[0].fill(np.nan)
                     fn(0)
                     cp.cuda.Device().synchronize()
-                    chk = _check(None, f"{kern}/{vname}", ys[0], xin, q, cols)  # raises if wrong
+                    chk = _check_fp4(f"{kern}/{vname}", ys[0], xin, q, cols)  # raises if wrong
                     t = time_launches(fn, n_sets=n)
                     err = ""
                 except Exception as e:  # recorded and printed
