@@ -11,7 +11,7 @@ Block formats (:mod:`.registry`): ``nvfp4``, ``mxfp4``, ``razer``, ``razer-act``
 Quantization conventions of ``nvfp4``/``mxfp4`` and the torchao/microxcaling presets:
 :mod:`.conventions`.
 """
-from .block import BlockFormat, InputError, Quantized
+from .block import BlockFormat, InputError, QuantError, Quantized
 from .conventions import (DEFAULT_CONVENTION, PRESETS, Convention, Dequantization, ElementScaling,
                           ElementTies, MXScaleRule, NegativeZero, ScaleArgument, convention_for,
                           require_default_convention)
@@ -26,7 +26,7 @@ from .reset_temperature import ReductionLayout, StepAwareTemperature
 from .registry import BLOCK_FORMATS, get_format
 
 __all__ = list(_elements_all) + [
-    "BlockFormat", "InputError", "Quantized",
+    "BlockFormat", "InputError", "Quantized", "QuantError",
     "NVFP4", "MXFP4", "RaZeR", "RaZeRAct", "RaZeRG128", "G128TensorScale",
     "DialectFP4", "DialectSelect", "CountTie", "FORMATBOOK",
     "IntGroup", "bitplanes", "plane_weights", "bitplane_matmul",

@@ -23,6 +23,8 @@ import abc
 import concurrent.futures
 import dataclasses
 import enum
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -31,7 +33,8 @@ import numpy as np
 
 from .conventions import Convention
 
-__all__ = ["BlockFormat", "Quantized", "InputError", "check_input", "row_max", "row_sum"]
+__all__ = ["BlockFormat", "Quantized", "QuantError", "InputError", "check_input", "row_max",
+           "row_sum", "check_range"]
 
 #: Elements handled per chunk: large enough to amortise NumPy's per-call overhead, small
 #: enough that a chunk and its temporaries stay in a core's L2 cache (2**16 float32 is
@@ -84,6 +87,122 @@ def check_input(x, block_size: int, *, name: str) -> np.ndarray:
     return a
 
 
+_LOG10_2 = math.log10(2.0)
+
+
+def _scaled_sum_sq(a: np.ndarray) -> tuple[float, int]:
+    """``sum(a**2)`` as ``(m, e)`` with the sum ``m * 4**e``: the elements are scaled by
+    a power of two (exactly) so that the squares neither underflow nor overflow."""
+    if a.size == 0:
+        return 0.0, 0
+    amax = float(np.max(np.abs(a)))
+    if amax == 0.0:
+        return 0.0, 0
+    e = math.frexp(amax)[1]  # amax * 2**-e in [0.5, 1)
+    scaled = np.ldexp(a, -e)  # elements below 2**-1074 of the largest vanish: negligible
+    return float(np.dot(scaled, scaled)), e
+
+
+@dataclass(frozen=True)
+class QuantError:
+    """Quantization error of one tensor, exact in what it claims.
+
+    Squares of tiny values (below about 1e-154) underflow float64 and those of huge ones
+    overflow it, which once turned an all-zero output into "MSE 0, SQNR inf dB". Here the
+    error and the signal are each summed after scaling by a power of two, so the ratio and
+    the logarithms are right at every magnitude; ``exact`` compares the values themselves.
+
+    Attributes
+    ----------
+    count : int
+        Elements compared.
+    exact : bool
+        Every output equals its input.
+    all_zero : bool
+        Every output is zero while some input is not (the input lies below the format's
+        smallest step, or the format flushed it).
+    """
+
+    count: int
+    exact: bool
+    all_zero: bool
+    _noise: tuple[float, int]
+    _signal: tuple[float, int]
+
+    @classmethod
+    def between(cls, x, y) -> "QuantError":
+        """The error of ``y`` (dequantized) against ``x`` (original)."""
+        x64 = np.asarray(x, dtype=np.float64)
+        y64 = np.asarray(y, dtype=np.float64)
+        if x64.shape != y64.shape:
+            raise ValueError(f"cannot compare shapes {x64.shape} and {y64.shape}")
+        if x64.size == 0:
+            raise ValueError(f"no elements to compare (shape {x64.shape})")
+        x1, y1 = x64.reshape(-1), y64.reshape(-1)
+        exact = bool(np.array_equal(x1, y1))
+        all_zero = not exact and not np.any(y1)
+        if exact:
+            noise = (0.0, 0)
+        elif max(float(np.max(np.abs(x1))), float(np.max(np.abs(y1)))) < 2.0 ** 1022:
+            noise = _scaled_sum_sq(x1 - y1)
+        else:  # x - y may overflow: subtract the halves (exact at these magnitudes)
+            m, e = _scaled_sum_sq(x1 * 0.5 - y1 * 0.5)
+            noise = (m, e + 1)
+        return cls(count=x1.size, exact=exact, all_zero=all_zero, _noise=noise,
+                   _signal=_scaled_sum_sq(x1))
+
+    @property
+    def mse_log10(self) -> float:
+        """log10 of the mean squared error (``-inf`` when exact), at any magnitude."""
+        m, e = self._noise
+        if m == 0.0:
+            return -math.inf
+        return math.log10(m / self.count) + 2 * e * _LOG10_2
+
+    @property
+    def mse(self) -> float:
+        """Mean squared error as a float64: 0.0 only when exact. An error too small for
+        float64 (below 5e-324) is given as 5e-324, one too large as ``inf``; see
+        :attr:`mse_text` and :attr:`mse_log10` for its value then."""
+        m, e = self._noise
+        if m == 0.0:
+            return 0.0
+        try:
+            v = math.ldexp(m / self.count, 2 * e)
+        except OverflowError:
+            return math.inf
+        return v if v > 0.0 else math.ulp(0.0)
+
+    @property
+    def mse_text(self) -> str:
+        """The MSE to four significant digits, whatever its magnitude (``"0"`` if exact)."""
+        if self.exact:
+            return "0"
+        lg = self.mse_log10
+        p = math.floor(lg)
+        mant = 10.0 ** (lg - p)
+        if mant >= 9.9995:  # rounds up to the next power
+            mant, p = 1.0, p + 1
+        return f"{mant:.4g}e{p:+03d}"
+
+    @property
+    def sqnr_db(self) -> float:
+        """Signal-to-quantization-noise ratio in dB (``inf`` when exact)."""
+        if self.exact:
+            return math.inf
+        (nm, ne), (sm, se) = self._noise, self._signal
+        if nm == 0.0:  # differences too small to square even after scaling (never seen)
+            return math.inf
+        return 10.0 * (math.log10(sm / nm) + 2 * (se - ne) * _LOG10_2)
+
+    def summary(self) -> str:
+        """``"MSE 1.234e-05, SQNR 21.50 dB"``, and a note where every output is zero."""
+        text = f"MSE {self.mse_text}, SQNR {self.sqnr_db:.2f} dB"
+        if self.all_zero:
+            text += " (every output is zero: the input lies below the format's smallest step)"
+        return text
+
+
 @dataclass(frozen=True, eq=False)
 class Quantized:
     """Quantized tensor: codes, scales and metadata exactly as stored.
@@ -103,19 +222,25 @@ class Quantized:
         """Dequantized values, float64, in the original shape."""
         return self.format.dequantize(self)
 
+    def error(self, x) -> "QuantError":
+        """The error against the original ``x``, computed without underflow or overflow
+        (see :class:`QuantError`).
+
+        Raises
+        ------
+        ValueError
+            ``x`` has another shape than this tensor, or no elements.
+        """
+        return QuantError.between(x, self.dequantize())
+
     def mse(self, x) -> float:
-        """Mean squared error against the original ``x``."""
-        d = self.dequantize() - np.asarray(x, dtype=np.float64)
-        return float(np.mean(d * d))
+        """Mean squared error against the original ``x`` (:attr:`QuantError.mse`)."""
+        return self.error(x).mse
 
     def sqnr_db(self, x) -> float:
-        """Signal-to-quantization-noise ratio in dB (``inf`` when exact)."""
-        x64 = np.asarray(x, dtype=np.float64)
-        noise = float(np.sum((self.dequantize() - x64) ** 2))
-        signal = float(np.sum(x64 * x64))
-        if noise == 0.0:
-            return float("inf")
-        return 10.0 * np.log10(signal / noise)
+        """Signal-to-quantization-noise ratio in dB (``inf`` when exact;
+        :attr:`QuantError.sqnr_db`)."""
+        return self.error(x).sqnr_db
 
     @property
     def n_blocks(self) -> int:
@@ -157,6 +282,10 @@ class BlockFormat(abc.ABC):
     allowed_block_sizes: ClassVar[tuple[int, ...] | None] = None
 
     def __post_init__(self):
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, numbers.Integral):
+            raise TypeError(f"{self.name}: block size must be an integer, got "
+                            f"{self.block_size!r} ({type(self.block_size).__name__})")
+        object.__setattr__(self, "block_size", int(self.block_size))
         if self.allowed_block_sizes is not None and self.block_size not in self.allowed_block_sizes:
             raise ValueError(f"{self.name}: block size must be one of "
                              f"{self.allowed_block_sizes}, got {self.block_size}")
@@ -179,6 +308,13 @@ class BlockFormat(abc.ABC):
         opts = ", ".join(f"{f.name}={show(getattr(self, f.name))}" for f in dataclasses.fields(self))
         return f"{self.name}({opts})"
 
+    def input_range(self) -> tuple[float, str] | None:
+        """``(limit, why)``: magnitudes ``>= limit`` are refused by :meth:`quantize` with
+        an :class:`InputError` that quotes ``why``; ``None`` where every finite value is
+        accepted. Every format that computes in a narrower type (FP32, FP16) or whose
+        scale has a largest value states its limit here, so all refuse the same way."""
+        return None
+
     def is_default_convention(self) -> bool:
         """True unless the format's :class:`~.conventions.Convention` (NVFP4, MXFP4) has a
         non-default option. RTL generators and GPU packers implement the default only and
@@ -187,8 +323,16 @@ class BlockFormat(abc.ABC):
         return conv is None or conv.is_default
 
     def quantize(self, x) -> Quantized:
-        """Quantize ``x`` (floating point, blocks along the last axis)."""
+        """Quantize ``x`` (floating point, blocks along the last axis).
+
+        Raises
+        ------
+        InputError
+            A non-floating or 0-d array, NaN/Inf, a last axis that the block size does not
+            divide (:func:`check_input`), or a value beyond :meth:`input_range`.
+        """
         a = check_input(x, self.block_size, name=self.name)
+        check_range(a, self.input_range(), name=self.name)
         flat = a.reshape(-1, self.block_size)
         ctx = self._tensor_params(flat)
         n = flat.shape[0]
@@ -274,6 +418,28 @@ class BlockFormat(abc.ABC):
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
             for f in [pool.submit(work, lo, hi) for lo, hi in bounds]:
                 f.result()
+
+
+def check_range(a: np.ndarray, limit: tuple[float, str] | None, *, name: str) -> None:
+    """:class:`InputError` if some ``|a| >= limit[0]``, naming the first such value, its
+    index, the limit and why (``limit[1]``); nothing when ``limit`` is None."""
+    if limit is None or a.size == 0:
+        return
+    bound, why = limit
+    if float(np.finfo(a.dtype).max) < bound:
+        return  # the dtype cannot hold such a value
+    flat = a.reshape(-1)
+    step = CHUNK_ELEMENTS
+    big = 0.0
+    for lo in range(0, flat.size, step):  # max and -min: no |x| temporary
+        part = flat[lo:lo + step]
+        big = max(big, float(part.max()), -float(part.min()))
+    if big < bound:
+        return
+    mask = np.abs(a.astype(np.float64)) >= bound
+    idx = np.unravel_index(int(np.argmax(mask)), a.shape)
+    raise InputError(f"{name}: value {a[idx]} at index {tuple(int(i) for i in idx)} is out of "
+                     f"range ({why}; {int(mask.sum())} value(s) in all)")
 
 
 def row_max(a: np.ndarray) -> np.ndarray:

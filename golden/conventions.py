@@ -47,7 +47,8 @@ __all__ = [
 
 class MXScaleRule(enum.Enum):
     """How an MX block's E8M0 scale exponent ``e`` follows from the block max ``amax``
-    (``emax = 2``, FP4's largest exponent; every rule clamps ``e`` to [-127, 127]).
+    (``emax = 2``, FP4's largest exponent; every rule clamps ``e`` below at -127, and a
+    block that would need ``e > 127`` is refused: :meth:`~.fp4blocks.MXFP4.input_range`).
 
     ``FLOOR``
         OCP MX v1.0 Sec. 6.3: ``e = floor(log2 amax) - emax``; the largest elements may

@@ -26,7 +26,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, InputError, row_max, row_sum
+from . import validate
+from .block import BlockFormat, row_max, row_sum
 
 __all__ = [
     "FORMATBOOK", "DialectFP4", "DialectSelect", "CountTie",
@@ -242,8 +243,14 @@ class DialectFP4(BlockFormat):
 
     def __post_init__(self):
         super().__post_init__()
-        object.__setattr__(self, "select", DialectSelect(self.select))
-        object.__setattr__(self, "count_tie", CountTie(self.count_tie))
+        object.__setattr__(self, "select",
+                           validate.choice(self.name, "select", self.select, DialectSelect))
+        object.__setattr__(self, "count_tie",
+                           validate.choice(self.name, "count_tie", self.count_tie, CountTie))
+
+    def input_range(self):
+        # 65520: FP16's largest (65504) plus half an ulp, the smallest value rounding to Inf.
+        return (65520.0, f"{self.name} takes |x| <= 65504: it quantizes from FP16")
 
     @property
     def bits_per_element(self) -> float:
@@ -261,11 +268,7 @@ class DialectFP4(BlockFormat):
             x16 = np.asarray(xb).astype(np.float16)
         h = x16.view(np.uint16)
         ebits = h & np.uint16(0x7C00)
-        emax = row_max(ebits)
-        if (emax == 0x7C00).any():
-            i = np.unravel_index(int(np.argmin(np.isfinite(x16))), x16.shape)
-            raise InputError(f"{self.name}: value {np.asarray(xb)[i]} exceeds the FP16 range "
-                             "(|x| <= 65504) that DialectFP4 quantizes from")
+        emax = row_max(ebits)  # below 0x7C00: input_range refused what rounds to Inf
         se_field = (emax >> np.uint16(10)).astype(np.uint8)
         # |x| / 2**SE with SE = max(E, 1) - 17: exact in FP32 (a power-of-two factor).
         unscale = np.exp2(SE_BIAS - np.maximum(se_field, 1).astype(np.int64)).astype(np.float32)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import validate
+
 __all__ = [
     "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "E3M3", "E8M0", "FP16",
     "INT4", "INT5", "INT6", "INT8", "UINT4", "UINT8", "ELEMENT_FORMATS", "int_format",
@@ -132,8 +134,15 @@ class FloatFormat:
     description: str = field(default="", compare=False)
 
     def __post_init__(self):
-        if self.exp_bits < 1 or self.man_bits < 0:
-            raise ValueError(f"{self.name}: exp_bits must be >= 1 and man_bits >= 0")
+        if not isinstance(self.name, str):
+            raise TypeError(f"FloatFormat: name must be a string, got {self.name!r}")
+        set_ = functools.partial(object.__setattr__, self)
+        set_("exp_bits", validate.integer(self.name, "exp_bits", self.exp_bits, lo=1))
+        set_("man_bits", validate.integer(self.name, "man_bits", self.man_bits, lo=0))
+        set_("bias", validate.integer(self.name, "bias", self.bias))
+        set_("signed", validate.boolean(self.name, "signed", self.signed))
+        set_("subnormals", validate.boolean(self.name, "subnormals", self.subnormals))
+        set_("specials", validate.choice(self.name, "specials", self.specials, Specials))
         if self.bits > 16:
             raise ValueError(f"{self.name}: formats wider than 16 bits are not supported")
         if self.specials is Specials.IEEE and self.man_bits == 0:
@@ -471,8 +480,11 @@ class IntFormat:
     description: str = field(default="", compare=False)
 
     def __post_init__(self):
-        if not 1 <= self.bits <= 32:
-            raise ValueError(f"{self.name}: bits must lie in [1, 32], got {self.bits}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"IntFormat: name must be a string, got {self.name!r}")
+        object.__setattr__(self, "bits", validate.integer(self.name, "bits", self.bits, lo=1,
+                                                          hi=32))
+        object.__setattr__(self, "signed", validate.boolean(self.name, "signed", self.signed))
 
     @property
     def min_int(self) -> int:
@@ -504,11 +516,20 @@ class IntFormat:
         return v
 
     def decode(self, codes) -> np.ndarray:
-        """Bit patterns to integer values (int64)."""
+        """Bit patterns (integers in ``[0, 2**bits)``) to integer values (int64).
+
+        Raises
+        ------
+        ValueError
+            For a code outside ``[0, 2**bits)``, as :meth:`FloatFormat.decode` does (a
+            wider pattern was once silently masked: ``INT4.decode([99])`` gave 3).
+        """
         c = np.asarray(codes)
         if c.dtype.kind not in "iu":
             raise TypeError(f"{self.name}: codes must be integers, got dtype {c.dtype}")
-        c = c.astype(np.int64) & ((1 << self.bits) - 1)
+        if c.size and (c.min() < 0 or c.max() >= self.code_count):
+            raise ValueError(f"{self.name}: codes must lie in [0, {self.code_count})")
+        c = c.astype(np.int64)
         if self.signed:
             c = np.where(c >= (1 << (self.bits - 1)), c - (1 << self.bits), c)
         return c

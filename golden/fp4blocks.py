@@ -18,6 +18,7 @@ RaZeR (Sec. 4.1-4.2; the project's `razer` convention, see docs/formats.md): the
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -41,6 +42,17 @@ _FP4_VALUES = FP4_E2M1.values
 SPECIAL_CODE = 0b0000
 #: FP4 code that holds a real zero in RaZeR blocks (-0).
 ZERO_CODE = 0b1000
+#: Smallest magnitude that rounds to Inf in FP32 (RNE): FP32's largest plus half an ulp.
+_FP32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
+#: MXFP4 refuses a block whose largest magnitude needs a scale exponent above E8M0's
+#: largest (127), per scale rule: the smallest such amax, and how messages write it.
+#: floor: floor(log2 amax) - 2 > 127; ceil: ceil(log2 amax) - 2 > 127, i.e. amax > 2**129;
+#: even: amax in [1.75, 2) * 2**129 rounds up a binade first.
+_MXFP4_OVERFLOW = {
+    MXScaleRule.FLOOR: (2.0 ** 130, f"< 2**130 = {2.0 ** 130:.8g}"),
+    MXScaleRule.CEIL: (float(np.nextafter(2.0 ** 129, np.inf)), f"<= 2**129 = {2.0 ** 129:.8g}"),
+    MXScaleRule.EVEN: (1.75 * 2.0 ** 129, f"< 1.75 * 2**129 = {1.75 * 2.0 ** 129:.8g}"),
+}
 #: Special magnitudes are 6 + a 4-bit sign-magnitude offset in [-3.5, 3.5] (steps of 0.5).
 SPECIAL_MIN, SPECIAL_MAX = 2.5, 9.5
 
@@ -62,6 +74,24 @@ def razer_offset_value(code: int) -> float:
         raise ValueError(f"offset code must be 4 bits, got {code}")
     mag = (code & 0b111) / 2.0
     return 6.0 - mag if code & 0b1000 else 6.0 + mag
+
+
+def special_pair(owner: str, values) -> tuple[float, float]:
+    """Two special magnitudes as floats, each checked (RaZeR, RaZeR-G128)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{owner}: special_values must be two numbers, got {values!r}")
+    values = tuple(values)
+    if len(values) != 2:
+        raise ValueError(f"{owner} needs exactly two special magnitudes, got {values!r}")
+    return tuple(special_magnitude(owner, "special_values", v) for v in values)
+
+
+def special_magnitude(owner: str, name: str, v) -> float:
+    """A special magnitude as a float: a real number in range, on the 0.5 grid."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be numbers, got {v!r} ({type(v).__name__})")
+    _check_special(float(v))
+    return float(v)
 
 
 def _check_special(v: float) -> None:
@@ -221,6 +251,10 @@ class _TwoLevelFP4(BlockFormat):
         """Signed special values to try per block, in tie-break order (empty: none)."""
         return ()
 
+    def input_range(self):
+        return (_FP32_OVERFLOW, f"{self.name} takes |x| <= {float(np.finfo(_F32).max):.8g}: "
+                                f"it computes in FP32")
+
     @property
     def _conv(self) -> Convention:
         """The quantization convention (NVFP4 has it as a field; RaZeR keeps the default)."""
@@ -260,12 +294,7 @@ class _TwoLevelFP4(BlockFormat):
         d32 = ctx["tensor_scale"]
         with np.errstate(over="ignore"):
             x32 = _fp32(xb)
-        amax = _row_amax(x32)
-        if not np.isfinite(amax).all():  # float64 input beyond FP32's range
-            i = np.unravel_index(int(np.argmin(np.isfinite(x32))), x32.shape)
-            raise InputError(f"{self.name}: value {np.asarray(xb)[i]} exceeds the FP32 range "
-                             f"(|x| <= {float(np.finfo(np.float32).max):.8g}) that "
-                             f"{self.name} computes in")
+        amax = _row_amax(x32)  # finite: input_range refused what rounds to FP32 Inf
         cands = self._candidates()
         if not cands:
             s_code, _, scaled = self._scale_pipeline(x32, amax, d32, 6.0)
@@ -454,7 +483,8 @@ class RaZeRAct(_TwoLevelFP4):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_special(self.special_value)
+        object.__setattr__(self, "special_value",
+                           special_magnitude(self.name, "special_value", self.special_value))
 
     def _candidates(self):
         return (self.special_value, -self.special_value)
@@ -487,11 +517,7 @@ class RaZeR(_TwoLevelFP4):
 
     def __post_init__(self):
         super().__post_init__()
-        if len(self.special_values) != 2:
-            raise ValueError(f"razer needs exactly two special magnitudes, got "
-                             f"{self.special_values!r}")
-        for v in self.special_values:
-            _check_special(v)
+        object.__setattr__(self, "special_values", special_pair(self.name, self.special_values))
 
     def _candidates(self):
         a, b = self.special_values
@@ -515,8 +541,10 @@ class MXFP4(BlockFormat):
 
     Scale ``2**(floor(log2 amax_i) - 2)`` (2 = the largest FP4 exponent), elements
     rounded to nearest even and saturated at +-6. An all-zero block gets scale code 0
-    (``2**-127``). Scale exponents clamp to E8M0's range [-127, 127]. The ``convention``
-    names other scale rules, tie rules and -0 handling (:mod:`.conventions`).
+    (``2**-127``). Scale exponents below -127 clamp to it; a block that would need one
+    above 127 (``amax >= 2**130`` under the default rule) is refused (:meth:`input_range`).
+    The ``convention`` names other scale rules, tie rules and -0 handling
+    (:mod:`.conventions`).
     """
 
     block_size: int = 32
@@ -525,6 +553,16 @@ class MXFP4(BlockFormat):
 
     name: ClassVar[str] = "mxfp4"
     reference: ClassVar[str] = "OCP Microscaling Formats (MX) v1.0, Sec. 5-6"
+
+    def input_range(self):
+        rule = self.convention.mx_scale_rule
+        if rule is MXScaleRule.RCEIL:  # amax / 6 <= FP32 max / 6 < 2**127: FP32 is the limit
+            return (_FP32_OVERFLOW, f"mxfp4 with the rceil scale rule takes |x| <= "
+                                    f"{float(np.finfo(_F32).max):.8g}: it computes the scale "
+                                    f"in FP32")
+        limit, text = _MXFP4_OVERFLOW[rule]
+        return (limit, f"mxfp4 takes |x| {text} (scale rule {rule.value}): a larger block "
+                       "would need a scale above E8M0's largest, 2**127")
 
     def __post_init__(self):
         super().__post_init__()

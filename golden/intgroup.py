@@ -13,12 +13,14 @@ binary tensor cores compute: see :func:`bitplane_matmul`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from .block import BlockFormat, InputError, row_max
+from . import validate
+from .block import BlockFormat, row_max
 from .elements import int_format
 
 __all__ = ["IntGroup", "bitplanes", "plane_weights", "bitplane_matmul"]
@@ -41,12 +43,16 @@ class IntGroup(BlockFormat):
 
     def __post_init__(self):
         super().__post_init__()
-        if not 2 <= self.bits <= 8:
-            raise ValueError(f"int-group: bits must lie in [2, 8], got {self.bits}")
+        object.__setattr__(self, "bits", validate.integer(self.name, "bits", self.bits, lo=2, hi=8))
 
     @property
     def element(self):
         return int_format(self.bits)
+
+    def input_range(self):
+        lim = _scale_overflow(self.element.max_int)
+        return (lim, f"{self.name} takes |x| < {lim:.8g}: the group scale "
+                     f"amax/{self.element.max_int} must be a finite FP16 value")
 
     @property
     def bits_per_element(self) -> float:
@@ -56,12 +62,8 @@ class IntGroup(BlockFormat):
         fmt = self.element
         x32 = np.asarray(xb, dtype=np.float32)
         amax = row_max(np.abs(x32))
-        with np.errstate(over="ignore"):
-            s16 = (amax / np.float32(fmt.max_int)).astype(np.float16)
-        if not np.isfinite(s16).all():
-            i = int(np.argmin(np.isfinite(s16)))
-            raise InputError(f"int-group: group {i} has amax {amax[i]}, whose scale "
-                             f"amax/{fmt.max_int} overflows FP16")
+        # Finite: input_range refused every amax whose FP16 scale would be Inf.
+        s16 = (amax / np.float32(fmt.max_int)).astype(np.float16)
         s32 = s16.astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             r = x32 / s32[:, None]
@@ -87,6 +89,27 @@ class IntGroup(BlockFormat):
     def integers(self, q) -> np.ndarray:
         """Signed integer values of a :class:`~mactile.golden.block.Quantized`'s codes."""
         return self.element.decode(q.codes)
+
+
+@functools.lru_cache(maxsize=None)
+def _scale_overflow(max_int: int) -> float:
+    """The smallest magnitude whose group scale ``FP16(FP32(amax) / max_int)`` is Inf:
+    a bisection over FP32 bit patterns (the division rounds), then the float64 value
+    from which input rounds to that FP32 value."""
+    def inf(bits: int) -> bool:
+        a = np.array([bits], dtype=np.uint32).view(np.float32)
+        with np.errstate(over="ignore"):
+            return not np.isfinite((a / np.float32(max_int)).astype(np.float16))[0]
+
+    lo = int(np.array([65504.0], np.float32).view(np.uint32)[0])  # finite scale
+    hi = int(np.array([np.finfo(np.float32).max], np.float32).view(np.uint32)[0])
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if inf(mid) else (mid, hi)
+    # In float64: the smallest value that rounds (RNE) to that FP32 amax or above.
+    below, at = (float(np.array([b], dtype=np.uint32).view(np.float32)[0]) for b in (lo, hi))
+    mid = (below + at) / 2  # exact in float64
+    return mid if hi % 2 == 0 else float(np.nextafter(mid, np.inf))
 
 
 def plane_weights(bits: int) -> np.ndarray:

@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from . import block as _block
+from . import validate
 from .block import BlockFormat, InputError
 from .elements import FP8_E4M3
 
@@ -134,9 +135,10 @@ class NestedFP(BlockFormat):
 
     def __post_init__(self):
         super().__post_init__()
-        if not 0 < self.threshold < 1.9375:
-            raise ValueError(f"{self.name}: threshold must lie in (0, 1.9375), the range "
-                             f"where reconstruction is exact; got {self.threshold}")
+        # (0, 1.9375): the |w| range where reconstruction is exact.
+        object.__setattr__(self, "threshold", validate.real(
+            self.name, "threshold", self.threshold, lo=0, hi=1.9375, lo_open=True,
+            hi_open=True))
 
     @property
     def bits_per_element(self) -> float:

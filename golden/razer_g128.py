@@ -43,7 +43,8 @@ import numpy as np
 
 from .block import InputError, tensor_amax
 from .elements import FP16, FloatFormat
-from .fp4blocks import _TwoLevelFP4, _check_special
+from . import validate
+from .fp4blocks import _TwoLevelFP4, special_pair
 
 __all__ = ["RaZeRG128", "G128TensorScale", "G128_SCALE_MAX", "G128_SCALE_MAX_CODE",
            "G128_SIGN_BIT", "G128_SELECT_BIT", "G128_SCALE_MASK"]
@@ -96,18 +97,9 @@ class RaZeRG128(_TwoLevelFP4):
 
     def __post_init__(self):
         super().__post_init__()
-        if len(self.special_values) != 2:
-            raise ValueError(f"razer-g128 needs exactly two special magnitudes, got "
-                             f"{self.special_values!r}")
-        for v in self.special_values:
-            _check_special(v)
-        if not isinstance(self.tensor_scale, G128TensorScale):
-            try:
-                object.__setattr__(self, "tensor_scale", G128TensorScale(self.tensor_scale))
-            except ValueError:
-                raise ValueError(f"razer-g128: tensor_scale must be one of "
-                                 f"{[m.value for m in G128TensorScale]}, got "
-                                 f"{self.tensor_scale!r}") from None
+        object.__setattr__(self, "special_values", special_pair(self.name, self.special_values))
+        object.__setattr__(self, "tensor_scale", validate.choice(
+            self.name, "tensor_scale", self.tensor_scale, G128TensorScale))
 
     def _candidates(self):
         a, b = self.special_values

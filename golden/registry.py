@@ -50,9 +50,12 @@ def get_format(name: str, *, block_size: int | None = None,
     if block_size is not None:
         if cls in (NestedFP, NestedFP8):
             raise ValueError(f"{name} has no blocks (--block does not apply)")
-        kwargs["block_size"] = int(block_size)
+        kwargs["block_size"] = block_size  # the format checks it (an int, in range)
     if special_values is not None:
-        vals = tuple(float(v) for v in special_values)
+        if isinstance(special_values, (str, bytes)) or not hasattr(special_values, "__iter__"):
+            raise TypeError(f"special_values must be a sequence of numbers, got "
+                            f"{special_values!r}")
+        vals = tuple(special_values)
         if cls in (RaZeR, RaZeRG128):
             if len(vals) != 2:
                 raise ValueError(f"{name} takes two special magnitudes A,B; got {len(vals)}")
@@ -74,7 +77,7 @@ def get_format(name: str, *, block_size: int | None = None,
     if bits is not None:
         if cls is not IntGroup:
             raise ValueError(f"{name} has a fixed element width (--bits applies to int-group)")
-        kwargs["bits"] = int(bits)
+        kwargs["bits"] = bits
     if convention is not None or options:
         conv = convention_for(name, convention, **options)
         if name in CONVENTION_OPTIONS:

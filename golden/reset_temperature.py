@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import validate
+
 __all__ = ["ReductionLayout", "StepAwareTemperature", "StepResult", "exp_f32", "log_f32",
            "uniform", "scan_prefixes", "EXP_COEFFS", "LOG_COEFFS"]
 
@@ -100,6 +102,11 @@ class ReductionLayout:
 
     cluster: int = 8
     threads: int = 1024
+
+    def __post_init__(self):
+        for name in ("cluster", "threads"):
+            object.__setattr__(self, name, validate.integer("ReductionLayout", name,
+                                                            getattr(self, name), lo=1))
 
     def r(self, vocab: int) -> int:
         return -(-vocab // (self.cluster * self.threads))
@@ -197,10 +204,15 @@ class StepAwareTemperature:
     state: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        if not (self.t_low > 0 and self.t_high > 0):
-            raise ValueError(f"temperatures must be positive, got t_low={self.t_low}, t_high={self.t_high}")
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+        who = "StepAwareTemperature"
+        self.tau0 = validate.real(who, "tau0", self.tau0)
+        self.t_low = validate.real(who, "t_low (a temperature)", self.t_low, lo=0, lo_open=True)
+        self.t_high = validate.real(who, "t_high (a temperature)", self.t_high, lo=0,
+                                    lo_open=True)
+        self.window = validate.integer(who, "window", self.window, lo=1)
+        self.seed = validate.integer(who, "seed", self.seed, lo=0)
+        if not isinstance(self.layout, ReductionLayout):
+            raise TypeError(f"{who}: layout must be a ReductionLayout, got {self.layout!r}")
 
     def _seq(self, sid: int) -> dict:
         st = self.state.get(sid)

@@ -51,6 +51,7 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
+from . import validate
 from .block import BlockFormat, Quantized
 from .conventions import require_default_convention
 from .elements import E3M3, FP4_E2M1, FP8_E4M3, FloatFormat
@@ -427,9 +428,10 @@ class FixedAccumulator:
     name: ClassVar[str] = "fixed"
 
     def __post_init__(self):
-        if self.int_bits < 1 or self.frac_bits < 0:
-            raise ValueError(f"fixed accumulator: int_bits must be >= 1 and frac_bits >= 0, "
-                             f"got {self.int_bits}, {self.frac_bits}")
+        object.__setattr__(self, "int_bits", validate.integer(
+            "fixed accumulator", "int_bits", self.int_bits, lo=1))
+        object.__setattr__(self, "frac_bits", validate.integer(
+            "fixed accumulator", "frac_bits", self.frac_bits, lo=0))
 
     @property
     def width(self) -> int:

@@ -58,16 +58,46 @@ class Design:
         return getattr(importlib.import_module(module), attr)
 
     def resolve(self, **overrides) -> dict[str, Any]:
-        """Default parameters plus ``overrides``, with unknown names rejected."""
+        """Default parameters plus ``overrides``, with unknown names rejected.
+
+        An override must have the kind of value its default has (a string, a bool, an
+        integer, a number or a list; anything where the default is ``None``), so that a
+        value from the command line or a YAML file that cannot be meant (``--lanes 1.5``,
+        ``--weight []``) is refused here with the parameter's name; the builder checks
+        ranges.
+        """
         unknown = set(overrides) - set(self.params)
         if unknown:
             raise ValueError(f"{self.name}: unknown parameter(s) {sorted(unknown)}; "
                              f"known: {sorted(self.params)}")
+        for key, value in overrides.items():
+            _check_kind(self.name, key, self.params[key], value)
         return {**self.params, **overrides}
 
     def build(self, **overrides):
         """Build the Amaranth component with the default parameters plus ``overrides``."""
         return self.load_builder()(**self.resolve(**overrides))
+
+
+def _check_kind(design: str, key: str, default, value) -> None:
+    """TypeError unless ``value`` is of the kind of ``default`` (see Design.resolve)."""
+    if default is None:
+        return
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(default, float):
+        ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        ok, kind = isinstance(value, str), "a string"
+    elif isinstance(default, (list, tuple)):
+        ok, kind = isinstance(value, (list, tuple)), "a list (comma-separated on the command line)"
+    else:
+        return
+    if not ok:
+        raise TypeError(f"{design}: parameter {key} must be {kind} like its default "
+                        f"{default!r}, got {value!r}")
 
 
 #: Every design by name. Each RTL module adds its rows here.

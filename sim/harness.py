@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mactile.golden.fileio import atomic_write
 from .bench import Mismatch, Scoreboard, Vectors
 from .hdl import PUBLIC_PORTS_VLT, WRAPPER_TOP, Layout, burst_wrapper, generate
 from .simulators import Simulator, require
@@ -493,5 +494,5 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         build_cached=cached, test_dir=tdir, build_dir=build_dir,
         waves=trace_file if waves else None, activity=trace_file if activity else None,
         input_activity=_input_activity(vec, layout), notes=vec.notes)
-    (tdir / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=str))
+    atomic_write(tdir / "result.json", json.dumps(result.to_json(), indent=1, default=str))
     return result

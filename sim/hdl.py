@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mactile.golden.fileio import atomic_write
+
 __all__ = [
     "Port", "component_ports", "to_verilog", "lint_waivers", "generate", "write_design",
     "GeneratedDesign", "lint",
@@ -153,9 +155,7 @@ class GeneratedDesign:
         for suffix, content in ((".v", self.verilog), (".vlt", self.waivers)):
             p = out / f"{self.module}{suffix}"
             if not (p.exists() and p.read_text() == content):
-                tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-                tmp.write_text(content)
-                os.replace(tmp, p)
+                atomic_write(p, content)
             paths.append(p)
         return paths[0], paths[1]
 

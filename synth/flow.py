@@ -25,10 +25,11 @@ import math
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from mactile.golden.fileio import publish_dir, remove_stale_temps, temp_dir
 
 from .equivalence import check_equivalence
 from .gatesim import simulate_netlist
@@ -266,21 +267,18 @@ def _equiv_key(opts: FlowOptions) -> str:
 def _store_netlist(work: Path, shared: Path) -> None:
     """Keep the synthesis/equivalence files of a run for runs that differ in activity only
     (replacing an older verdict on the same netlist)."""
-    shared.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=shared.parent, prefix=".tmp-"))
-    for f in work.iterdir():
-        if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json", "equivalence.json",
-                                         "abc.constr")
-                            or f.name.startswith(("synth.", "equiv"))):
-            shutil.copy2(f, tmp / f.name)
-    old = shared.with_name(shared.name + f".old-{os.getpid()}")
+    remove_stale_temps(shared.parent)
+    tmp = temp_dir(shared.parent, shared.name)
     try:
-        if shared.exists():
-            os.replace(shared, old)
-        os.replace(tmp, shared)
-    except OSError:  # another job stored the same netlist first
+        for f in work.iterdir():
+            if f.is_file() and (f.name in ("rtl.v", "netlist.v", "stat.json",
+                                           "equivalence.json", "abc.constr")
+                                or f.name.startswith(("synth.", "equiv"))):
+                shutil.copy2(f, tmp / f.name)
+        publish_dir(tmp, shared, replace=True)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+        raise
 
 
 def render_script_text(name: str) -> str:
@@ -338,31 +336,46 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
         try:
             res = SynthResult(**json.loads((final / "result.json").read_text()))
             res.cached = True
+            # Labels, not in the key: the same RTL may be cached under another caller's.
+            res.group, res.reference = group, reference
             return res
         except (TypeError, ValueError):
             pass  # an old or damaged record: run again
-    runs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=runs, prefix=f".{rtl.top}-"))
+    # The run is built in a private folder (named with this process's id, so one left by
+    # a killed process is removed by the next run) and published in one rename: two
+    # processes on one cache never see a half-written entry, and the second to finish
+    # keeps the first one's (identical) entry. --no-cache replaces only the entry that
+    # existed when this run started, not one a concurrent run has just published.
+    remove_stale_temps(runs)
+    stale = _entry_id(final) if not use_cache else None
+    work = temp_dir(runs, final.name)
     try:
         res = _run(rtl, lib, opts, sta, method, port_act, stimulus, component, work,
                    group=group, reference=reference, netlist_filter=netlist_filter)
         res.workdir = str(final)
         res.equivalence = res.equivalence.replace(str(work), str(final))
         (work / "result.json").write_text(json.dumps(res.record(), indent=1))
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
-        os.replace(work, final)
+        replace = stale is not None and _entry_id(final) == stale
+        publish_dir(work, final, replace=replace or netlist_filter is not None)
     except ToolError as e:
         # Keep the logs the error message points at, in a folder named after the run.
         failed = final.with_name(final.name + ".failed")
-        shutil.rmtree(failed, ignore_errors=True)
-        os.replace(work, failed)
+        publish_dir(work, failed, replace=True)
         raise ToolError(f"{rtl.design} on {lib.name}: " + str(e).replace(str(work), str(failed))
                         ) from None
-    except BaseException:
+    except BaseException:  # Ctrl-C, SIGTERM (the CLI raises it as KeyboardInterrupt)
         shutil.rmtree(work, ignore_errors=True)
         raise
     return res
+
+
+def _entry_id(path: Path):
+    """Identity of a cache entry (None if absent), to tell it from a newer one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,

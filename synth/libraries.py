@@ -30,9 +30,10 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from mactile.golden.fileio import atomic_outputs
 
 __all__ = ["Library", "LibraryError", "PDKS", "PdkSpec", "resolve_library", "pdk_dir",
            "DriveConstraint", "drive_constraint",
@@ -181,14 +182,12 @@ def _decompressed(src: Path) -> Path:
     out = cache_dir() / "liberty" / f"{key}-{name}"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "wb") as dst, gzip.open(src, "rb") as fh:
-            shutil.copyfileobj(fh, dst, 1 << 20)
-        os.replace(tmp, out)  # atomic: parallel jobs may race to decompress
+        # Atomic (parallel jobs may race to decompress; the last rename wins, all equal).
+        with atomic_outputs(out, make_parents=True) as (tmp,):
+            with open(tmp, "wb") as dst, gzip.open(src, "rb") as fh:
+                shutil.copyfileobj(fh, dst, 1 << 20)
     except (OSError, EOFError, gzip.BadGzipFile) as e:
-        Path(tmp).unlink(missing_ok=True)
         raise LibraryError(f"cannot decompress liberty file {str(src)!r}: {e}") from None
     return out
 

@@ -144,11 +144,10 @@ def format_paper_markdown(comparisons: list[dict]) -> str:
 
 def write_paper_view(comparisons: list[dict], out_dir: Path) -> dict[str, Path]:
     """``paper.json`` and ``paper.md`` in ``out_dir``, all or nothing."""
-    from mactile.cli.common import atomic_outputs
+    from mactile.golden.fileio import atomic_outputs
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = {"json": out_dir / "paper.json", "md": out_dir / "paper.md"}
-    with atomic_outputs(*files.values()) as (tj, tm):
+    files = {"json": Path(out_dir) / "paper.json", "md": Path(out_dir) / "paper.md"}
+    with atomic_outputs(*files.values(), make_parents=True) as (tj, tm):
         tj.write_text(json.dumps(comparisons, indent=1) + "\n")
         tm.write_text(format_paper_markdown(comparisons))
     return files

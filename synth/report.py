@@ -7,16 +7,20 @@ plots grouped like the papers' tables.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
+
+from mactile.golden.fileio import atomic_outputs, atomic_write
 
 from .flow import FlowOptions, SynthResult, synthesize
 from .libraries import Library, cache_dir
@@ -98,11 +102,7 @@ def _save_timings(results: list[SynthResult]) -> None:
     if not fresh:
         return
     data = {**_load_timings(), **fresh}
-    path = _timings_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(_timings_file(), json.dumps(data, indent=1, sort_keys=True), make_parents=True)
 
 
 def schedule(rtls: dict[str, Rtl], pdk: str) -> list[str]:
@@ -155,11 +155,14 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
                 results[n] = r = _run_job(_Job(n, rtls[n], lib, opts, sta, use_cache))
                 say(_progress_line(r, t0))
         else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                rtls = dict(zip(names, pool.map(_design_rtl, names)))
-                futures = [pool.submit(_run_job, _Job(n, rtls[n], lib, opts, sta, use_cache))
-                           for n in schedule(rtls, lib.name)]
+            with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init) as pool:
+                futures = []
                 try:
+                    rtls = dict(zip(names, pool.map(_as_job, [_design_rtl] * len(names),
+                                                    names)))
+                    futures = [pool.submit(_as_job, _run_job,
+                                           _Job(n, rtls[n], lib, opts, sta, use_cache))
+                               for n in schedule(rtls, lib.name)]
                     for fut in as_completed(futures):
                         r = fut.result()
                         results[r.design] = r
@@ -167,10 +170,49 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
                 except BaseException:
                     for f in futures:
                         f.cancel()
+                    _stop_workers(pool)
                     raise
     finally:
         _save_timings(list(results.values()))
     return [results[n] for n in names]
+
+
+#: In a worker process: a job is running / the parent told the worker to stop.
+_worker_state = {"in_job": False, "stopping": False}
+
+
+def _worker_init() -> None:
+    """In each worker: SIGTERM stops the job as Ctrl-C does (its run folder removed, its
+    tool subprocesses killed), and every job the pool had already queued returns at once."""
+    signal.signal(signal.SIGTERM, _on_worker_sigterm)
+
+
+def _on_worker_sigterm(signum, frame):
+    _worker_state["stopping"] = True
+    if _worker_state["in_job"]:  # outside a job the pool's own loop must not be broken
+        raise KeyboardInterrupt
+
+
+def _as_job(fn, arg):
+    """Run ``fn(arg)`` in a worker, unless the worker was told to stop."""
+    if _worker_state["stopping"]:
+        raise KeyboardInterrupt
+    _worker_state["in_job"] = True
+    try:
+        return fn(arg)
+    finally:
+        _worker_state["in_job"] = False
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Tell running workers to stop (SIGTERM): Ctrl-C in a terminal reaches them through
+    the process group, but a SIGTERM sent to this process alone would leave them running
+    until their design is done, and the pool's shutdown would wait for them."""
+    procs = getattr(pool, "_processes", None) or {}
+    for proc in list(procs.values()):
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            if proc.is_alive():
+                proc.terminate()
 
 
 def _progress_line(r: SynthResult, t0: float) -> str:
@@ -305,14 +347,11 @@ def report_files(out_dir: Path) -> dict[str, Path]:
 
 def write_report(results: list[SynthResult], out_dir: Path, *, plots: bool = True) -> dict[str, Path]:
     """Write the JSON/CSV/Markdown (and PNG) report into ``out_dir``, all or nothing."""
-    from mactile.cli.common import atomic_outputs
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = report_files(out_dir)
+    files = report_files(Path(out_dir))
     if not plots:
         files.pop("png")
     keys = list(files)
-    with atomic_outputs(*files.values()) as tmps:
+    with atomic_outputs(*files.values(), make_parents=True) as tmps:
         tmp = dict(zip(keys, tmps))
         tmp["json"].write_text(json.dumps([r.record() for r in results], indent=1) + "\n")
         tmp["csv"].write_text(format_csv(results))

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,12 +136,18 @@ _PROBE = ('puts "MACTILE_PROBE [llength [info commands read_vcd]] '
 
 def _probe(exe: str) -> StaTool | None:
     kind = "openroad" if Path(exe).name.startswith("openroad") else "opensta"
-    try:
-        ver = subprocess.run([exe, "-version"], capture_output=True, text=True, timeout=30)
-        probe = subprocess.run([exe, "-no_init", "-no_splash"], input=_PROBE,
-                               capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    # A script file with -exit, in a scratch folder: read from stdin, OpenSTA runs its
+    # interactive shell, which writes .history_sta into the working folder (the user's).
+    with tempfile.TemporaryDirectory(prefix="mactile-sta-probe-") as tmp:
+        (Path(tmp) / "probe.tcl").write_text(_PROBE)
+        try:
+            ver = subprocess.run([exe, "-version"], capture_output=True, text=True, timeout=30,
+                                 cwd=tmp)
+            probe = subprocess.run([exe, "-no_init", "-no_splash", "-exit", "probe.tcl"],
+                                   capture_output=True, text=True, timeout=60, cwd=tmp,
+                                   stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
     m = re.search(r"MACTILE_PROBE (\d+) (\d+)", probe.stdout)
     if not m or m.group(2) == "0":
         return None

@@ -317,11 +317,13 @@ def plot_study(res: StudyResult, path: str | Path) -> Path:
 
 def write_outputs(res: StudyResult, out_dir: str | Path, *, plot: bool = True) -> list[Path]:
     """Write study.json, study.md and (optionally) study.png into ``out_dir``."""
+    from mactile.golden.fileio import atomic_outputs
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "study.json", out / "study.md"]
-    paths[0].write_text(json.dumps(res.to_dict(), indent=1))
-    paths[1].write_text(res.markdown())
-    if plot:
-        paths.append(plot_study(res, out / "study.png"))
+    paths = [out / "study.json", out / "study.md"] + ([out / "study.png"] if plot else [])
+    with atomic_outputs(*paths, make_parents=True) as tmps:  # all of them or none
+        tmps[0].write_text(json.dumps(res.to_dict(), indent=1))
+        tmps[1].write_text(res.markdown())
+        if plot:
+            plot_study(res, tmps[2])
     return paths

@@ -1,19 +1,18 @@
 """``mactile bench``: benchmarks that need a GPU (``mactile bench gpu``)."""
 from __future__ import annotations
 
-import argparse
+from mactile.cli.common import (CliError, atomic_outputs, atomic_write, check_output_dir,
+                                check_output_file, int_list)
 
-from mactile.cli.common import CliError
 
+def _names(text: str) -> list[str]:
+    """An argparse type: comma-separated names."""
+    import argparse
 
-def _int_list(s: str, lowest: int = 1) -> list[int]:
-    try:
-        vals = [int(v) for v in s.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
-    if not vals or min(vals) < lowest:
-        raise argparse.ArgumentTypeError(f"expected integers >= {lowest}, got {s!r}")
-    return vals
+    parts = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return parts
 
 
 def register(sub) -> None:
@@ -27,10 +26,11 @@ def register(sub) -> None:
                                     "tables and the measured crossover (tuning) table.")
     g.add_argument("-o", "--out", default="out/bench-gpu", help="output folder (default out/bench-gpu)")
     g.add_argument("--quick", action="store_true", help="three shapes, M in 1, 8, 16, 256")
-    g.add_argument("--m", type=_int_list, metavar="M,M,...", help="comma-separated M values")
-    g.add_argument("--formats", type=lambda s: s.split(","), metavar="F,F,...",
+    g.add_argument("--m", type=int_list(1, "positive integer"), metavar="M,M,...",
+                   help="comma-separated M values")
+    g.add_argument("--formats", type=_names, metavar="F,F,...",
                    help="subset of nvfp4,mxfp4,razer,razer-g128,nestedfp16,nestedfp8,flexq-w6a6")
-    g.add_argument("--shapes", type=lambda s: _int_list(s, 0), metavar="I,I,...",
+    g.add_argument("--shapes", type=int_list(0, "non-negative integer"), metavar="I,I,...",
                    help="indices into the shape list (see mactile.gpu.bench.gemm_bench.SHAPES)")
     g.add_argument("--tuning-out", help="write the measured crossover (tuning) table (JSON) here as well")
     g.add_argument("--temperature", action="store_true", help="also time ReSET's temperature sampler step")
@@ -42,6 +42,13 @@ def run_gpu(args) -> int:
     import json
     from pathlib import Path
 
+    # Where the results go is checked before the GPU and the benchmark.
+    if not args.name or "/" in args.name or args.name in (".", ".."):
+        raise CliError(f"--name must be a file name stem without '/', got {args.name!r}")
+    out = check_output_dir(args.out)
+    if args.tuning_out:
+        check_output_file(args.tuning_out, what="--tuning-out file")
+
     from mactile.gpu.runtime import gpu_skip_reason
 
     why = gpu_skip_reason()
@@ -50,8 +57,6 @@ def run_gpu(args) -> int:
     from mactile.gpu.bench import gemm_bench as gb
     from mactile.gpu.bench.harness import write_json
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     shapes = gb.SHAPES
     Ms = args.m or gb.M_VALUES
     if args.quick:
@@ -67,21 +72,24 @@ def run_gpu(args) -> int:
             raise CliError(f"unknown formats {bad}; choose from {list(gb.KINDS)}")
     res = gb.run_benchmark(shapes=shapes, Ms=Ms, kinds=args.formats, temperature=args.temperature)
     stem = out / args.name
-    write_json(res["records"], f"{stem}.json", meta=res["meta"])
     table = gb.summary_table(res["records"], Ms=[m for m in (1, 8, 16, 64, 256, 1024, 4096) if m in Ms])
     geo = gb.geomean_table(res["records"])
     ttable = gb.temperature_table(res["records"]) if args.temperature else ""
-    Path(f"{stem}.md").write_text("## Speedup over cuBLAS FP16\n\n" + table + "\n\n## Geometric mean over shapes "
-                                  "(and the smallest shape's ratio to it)\n\n" + geo + "\n"
-                                  + (f"\n## ReSET temperature step\n\n{ttable}\n" if ttable else ""))
     cx = gb.crossover_table(res["records"])
     cx["device"] = res["meta"]["device"]["name"]
     cx["date"] = res["meta"]["device"]["date"]
-    Path(f"{stem}_tuning.json").write_text(json.dumps(cx, indent=1))
+    files = [Path(f"{stem}{ext}") for ext in (".json", ".md", "_tuning.json")]
+    with atomic_outputs(*files, make_parents=True) as (tj, tm, tc):  # all three or none
+        write_json(res["records"], str(tj), meta=res["meta"])
+        tm.write_text("## Speedup over cuBLAS FP16\n\n" + table + "\n\n## Geometric mean over "
+                      "shapes (and the smallest shape's ratio to it)\n\n" + geo + "\n"
+                      + (f"\n## ReSET temperature step\n\n{ttable}\n" if ttable else ""))
+        tc.write_text(json.dumps(cx, indent=1))
     if args.tuning_out:
-        Path(args.tuning_out).write_text(json.dumps(cx, indent=1))
+        atomic_write(args.tuning_out, json.dumps(cx, indent=1), what="--tuning-out file")
     try:
-        gb.plot(res["records"], f"{stem}.png")
+        with atomic_outputs(f"{stem}.png") as (tp,):
+            gb.plot(res["records"], str(tp))
     except ImportError as e:
         print(f"(no plot: {e})")
     print(table)

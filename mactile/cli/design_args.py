@@ -94,10 +94,13 @@ def resolve_design(args):
     overrides = load_config(args.config) if args.config else {}
     try:
         design.resolve(**overrides)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         raise CliError(f"{args.config}: {e}") from None
     overrides.update(parse_param_flags(design, getattr(args, "extra", [])))
-    params = design.resolve(**overrides)
+    try:
+        params = design.resolve(**overrides)
+    except (ValueError, TypeError) as e:
+        raise CliError(str(e)) from None
     if getattr(args, "show_params", False):
         import yaml
 

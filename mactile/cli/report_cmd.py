@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from mactile.cli.common import CliError
+from mactile.cli.common import CliError, check_output_dir, positive_float, positive_int
 from mactile.cli.synth_cmd import add_flow_args, flow_setup
 
 
@@ -18,12 +18,13 @@ def register(sub) -> None:
                     "papers' tables on their libraries and clocks instead and write the "
                     "paper view (paper.md, paper.json) beside one report per library.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--clock-ns", type=float, default=None, metavar="T",
+    p.add_argument("--clock-ns", type=positive_float("a clock period in ns"), default=None,
+                   metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--designs", nargs="+", metavar="NAME",
                    help="designs (default, or 'all': every registered design; about 8 min "
                         "on 2 cores with an empty cache, seconds when cached)")
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+    p.add_argument("--jobs", "-j", type=positive_int, default=None, metavar="N",
                    help="parallel synthesis jobs (default: the CPUs available)")
     p.add_argument("--paper", action="store_true",
                    help="the papers' tables side by side with ours (their libraries/clocks)")
@@ -41,9 +42,7 @@ def run(args) -> int:
     from mactile.synth.flow import DEFAULT_CLOCK_NS
     from mactile.synth.report import default_jobs
 
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise CliError(f"output {str(out)!r} exists and is not a directory")
+    out = check_output_dir(args.output)  # before the work, which takes minutes
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs must be at least 1, got {args.jobs}")
     jobs = args.jobs or default_jobs()

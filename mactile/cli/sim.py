@@ -2,29 +2,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from mactile.cli.common import CliError
+from mactile.cli.common import (CliError, FailedRun, atomic_write, check_output_dir,
+                                check_output_file, positive_int, seed_int)
 from mactile.cli.design_args import add_design_args, resolve_design
-
-
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= ``minimum`` (``what`` names it in the error)."""
-    def parse(text: str) -> int:
-        import argparse
-
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"expected a {what}, got {v}")
-        return v
-    return parse
-
-
-_positive = _int_at_least(1, "positive integer")
-_seed = _int_at_least(0, "non-negative integer")
 
 
 def register(sub) -> None:
@@ -38,20 +19,23 @@ def register(sub) -> None:
     add_design_args(p)
     p.add_argument("--sim", choices=["verilator", "icarus"], default="verilator")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--vectors", type=_positive, metavar="N",
+    size.add_argument("--vectors", type=positive_int, metavar="N",
                       help="random vectors (with the named corner cases); default 65536")
     size.add_argument("--exhaustive", action="store_true",
                       help="every operand pair (the exhaustive suite)")
     p.add_argument("--suite", metavar="NAME",
                    help="a testbench suite by name (overrides --exhaustive)")
-    p.add_argument("--seed", type=_seed, default=0, metavar="S", help="stimulus seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, metavar="S", help="stimulus seed (default 0)")
     p.add_argument("--waves", nargs="?", const="vcd", choices=["vcd", "fst"],
                    help="record a waveform (default format vcd) into the run folder")
     p.add_argument("--activity", choices=["saif", "vcd"],
                    help="record switching activity for the power flow (one lane)")
-    p.add_argument("--lanes", type=_positive, metavar="N",
-                   help="design instances side by side (simulator default)")
-    p.add_argument("--depth", type=_positive, metavar="N",
+    # Not --lanes: that flag name is the decoders' design parameter (generate and sim
+    # read design parameters as flags), so the simulator's copies have their own name.
+    p.add_argument("--instances", type=positive_int, metavar="N",
+                   help="design instances simulated side by side, each with its own "
+                        "stimulus (simulator default)")
+    p.add_argument("--depth", type=positive_int, metavar="N",
                    help="clock cycles per burst (simulator default)")
     p.add_argument("--out", metavar="DIR", help="run folder (default sim_build/DESIGN/runs/...)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
@@ -65,10 +49,15 @@ def run(args) -> int:
     design, params = resolve_design(args)
     if not design.bench:
         raise CliError(f"{design.name} has no testbench registered; it cannot be simulated")
+    # Where the results go is checked before the simulation, not after it.
+    if args.json:
+        check_output_file(args.json, what="--json file")
+    if args.out:
+        check_output_dir(args.out, what="--out folder")
     suite = args.suite or ("exhaustive" if args.exhaustive else None)
     try:
         result = sim_run(design, suite=suite, vectors=args.vectors, seed=args.seed, sim=args.sim,
-                         lanes=args.lanes, depth=args.depth, params=params,
+                         lanes=args.instances, depth=args.depth, params=params,
                          waves=args.waves, activity=args.activity,
                          test_dir=args.out)
     except SimulatorUnavailable as e:
@@ -79,5 +68,10 @@ def run(args) -> int:
         raise CliError(f"{design.name}: {e}") from None
     print(result.summary())
     if args.json:
-        Path(args.json).write_text(json.dumps(result.to_json(), indent=1, default=str) + "\n")
-    return 0 if result.ok else 1
+        atomic_write(args.json, json.dumps(result.to_json(), indent=1, default=str) + "\n",
+                     what="--json file")
+    if not result.ok:
+        raise FailedRun(f"{design.name}: " + (
+            f"{result.mismatched:,} of {result.vectors:,} vectors differ from the golden model"
+            if result.vectors else "no vectors were checked"))
+    return 0

@@ -6,7 +6,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from mactile.cli.common import CliError
+from mactile.cli.common import (CliError, FailedRun, atomic_outputs, check_output_dir,
+                                positive_float)
 
 
 def add_flow_args(p) -> None:
@@ -27,7 +28,8 @@ def add_flow_args(p) -> None:
                    help="transitions per cycle of every net for --activity global (0.1)")
     p.add_argument("--global-duty", type=float, default=0.5, metavar="D",
                    help="duty cycle for --activity global (0.5)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
+    p.add_argument("--timeout", type=positive_float("a number of seconds"), default=None,
+                   metavar="S",
                    help="limit in seconds on each tool run, the equivalence proof included "
                         "(default 1800); a proof that does not finish is a failed check")
     p.add_argument("--no-cache", action="store_true", help="run again even if cached")
@@ -72,7 +74,8 @@ def register(sub) -> None:
                     "netlist equivalent to its RTL, and report area, worst slack and power "
                     "(OpenSTA) at the clock.")
     p.add_argument("design", metavar="DESIGN", help="design name (see `mactile list designs`)")
-    p.add_argument("--clock-ns", type=float, default=None, metavar="T",
+    p.add_argument("--clock-ns", type=positive_float("a clock period in ns"), default=None,
+                   metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a design parameter (repeatable)")
@@ -93,15 +96,18 @@ def run(args) -> int:
         design = get_design(args.design)
     except ValueError as e:
         raise CliError(str(e)) from None
-    lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
+    # Cheap checks first: the output folder and the parameters, then the library.
+    out = check_output_dir(args.output) if args.output else None
     params = dict(_param(t) for t in args.param)
-    out = Path(args.output) if args.output else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise CliError(f"output {str(out)!r} exists and is not a directory")
+    try:
+        design.resolve(**params)
+    except (ValueError, TypeError) as e:
+        raise CliError(str(e)) from None
+    lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
     try:
         component = design.build(**params)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    except (ValueError, TypeError) as e:
+        raise CliError(f"{design.name}: {e}" if design.name not in str(e) else str(e)) from None
     rtl = component_rtl(component, design.name, params={**design.params, **params})
     try:
         r = synthesize(rtl, lib, opts, component=component, group=design.group,
@@ -109,16 +115,16 @@ def run(args) -> int:
     except ToolError as e:
         raise CliError(str(e)) from None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for f in Path(r.workdir).iterdir():
-            if f.is_file():
-                shutil.copy2(f, out / f.name)
+        files = sorted(f for f in Path(r.workdir).iterdir() if f.is_file())
+        with atomic_outputs(*(out / f.name for f in files), make_parents=True) as tmps:
+            for f, t in zip(files, tmps):
+                shutil.copyfile(f, t)
     if args.json:
         print(json.dumps(r.record(), indent=1))
     else:
         _print(r)
     if not r.ok:
-        raise CliError(f"{r.design}: netlist {r.equivalence}; no area or power reported")
+        raise FailedRun(f"{r.design}: netlist {r.equivalence}; no area or power reported")
     if not r.meets_timing:
         need = r.clock_ns - r.slack_ns
         print(f"mactile: warning: {r.design} does not meet timing at {r.clock_ns:g} ns on "

@@ -15,11 +15,12 @@ from amaranth.lib.wiring import In, Out
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
 
 from mactile.golden.elements import FP4_E2M1
-from mactile.golden.fp4blocks import RaZeR, RaZeRAct, razer_offset_code
+from mactile.golden import validate
+from mactile.golden.fp4blocks import RaZeR, RaZeRAct, razer_offset_code, special_magnitude
 from mactile.golden.tensorcore import ELEM_FRAC, OFFSET_BITS, OPERANDS, OperandSpec
 
 __all__ = ["value_shape", "ElementDecoder", "DecoderUnit", "ScaleDecode", "decode_scale",
-           "build_decoder", "default_specials"]
+           "build_decoder", "default_specials", "reset_offsets"]
 
 #: Decoded FP4 magnitudes in half units, indexed by the code's 3 magnitude bits.
 _FP4_HALF_UNITS = [int(v * (1 << ELEM_FRAC)) for v in FP4_E2M1.values[:8]]
@@ -30,6 +31,28 @@ _SPECIAL_BASE = int(FP4_E2M1.max_value * (1 << ELEM_FRAC))
 def value_shape(operand: OperandSpec):
     """Signed shape that holds every decoded value of ``operand`` (half units)."""
     return signed(operand.max_element.bit_length() + 1)
+
+
+def reset_offsets(operand: OperandSpec, specials, *, name: str = "specials") -> tuple[int, ...]:
+    """Offset-register reset codes from special magnitudes (``None``: the defaults),
+    checked: a sequence of as many numbers as the operand has registers, each a valid
+    special magnitude."""
+    if specials is None:
+        vals = default_specials(operand)
+    elif not operand.specials and specials in ([], ()):
+        vals = ()
+    elif not operand.specials:
+        raise TypeError(f"{operand.name} has no special values: {name} must be null or "
+                        f"empty, got {specials!r}")
+    else:
+        if isinstance(specials, (str, bytes)) or not hasattr(specials, "__iter__"):
+            raise TypeError(f"{name} must be a list of {operand.specials} special "
+                            f"magnitude(s) for {operand.name}, got {specials!r}")
+        vals = tuple(special_magnitude(operand.name, name, v) for v in specials)
+    if len(vals) != operand.specials:
+        raise ValueError(f"{operand.name}: needs {operand.specials} special magnitude(s) in "
+                         f"{name}, got {len(vals)}")
+    return tuple(razer_offset_code(v) for v in vals)
 
 
 def default_specials(operand: OperandSpec) -> tuple[float, ...]:
@@ -46,7 +69,7 @@ def _operand(operand) -> OperandSpec:
         return operand
     try:
         return OPERANDS[operand]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable value (a list)
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}") from None
 
 
@@ -134,12 +157,8 @@ class DecoderUnit(wiring.Component):
 
     def __init__(self, *, operand="razer", lanes: int = 16, specials=None):
         self.operand = op = _operand(operand)
-        self.lanes = lanes
-        specials = default_specials(op) if specials is None else tuple(float(v) for v in specials)
-        if len(specials) != op.specials:
-            raise ValueError(f"{op.name}: needs {op.specials} special magnitude(s), got "
-                             f"{len(specials)}")
-        self.reset_offsets = tuple(razer_offset_code(v) for v in specials)
+        self.lanes = lanes = validate.integer("", "lanes", lanes, lo=1)
+        self.reset_offsets = reset_offsets(op, specials)
         members = {"codes": In(FP4_E2M1.bits).array(lanes), "meta": In(OperandSpec.BYTE_BITS)}
         if op.specials:
             members["cfg_we"] = In(1)

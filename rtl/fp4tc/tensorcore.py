@@ -25,11 +25,10 @@ from amaranth.lib.wiring import In, Out
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
 
 from mactile.golden.elements import FP4_E2M1
-from mactile.golden.fp4blocks import razer_offset_code
 from mactile.golden.tensorcore import (ELEM_FRAC, FP32_QNAN, OFFSET_BITS, FixedAccumulator,
                                        FP32Accumulator, OperandSpec, tensor_core_spec)
 
-from .decoders import ElementDecoder, decode_scale, default_specials, value_shape
+from .decoders import ElementDecoder, decode_scale, reset_offsets, value_shape
 from .fp32add import FP32Adder, leading_zeros
 
 __all__ = ["TensorCore", "PIPELINE_CUTS", "DEFAULT_PIPELINE", "build_tensor_core"]
@@ -123,8 +122,8 @@ class TensorCore(wiring.Component):
             raise ValueError(f"pipeline cuts must be distinct names from {PIPELINE_CUTS}, "
                              f"got {pipeline!r}")
         self.pipeline = tuple(c for c in PIPELINE_CUTS if c in pipeline)
-        self.w_offsets_reset = self._reset(w_op, w_specials)
-        self.a_offsets_reset = self._reset(a_op, a_specials)
+        self.w_offsets_reset = reset_offsets(w_op, w_specials, name="w_specials")
+        self.a_offsets_reset = reset_offsets(a_op, a_specials, name="a_specials")
 
         members = {
             "valid": In(1), "clear": In(1),
@@ -146,14 +145,6 @@ class TensorCore(wiring.Component):
             members["acc_nan"] = Out(1).array(rows)
         members["acc_valid"] = Out(1)
         super().__init__(members)
-
-    @staticmethod
-    def _reset(op: OperandSpec, specials):
-        vals = default_specials(op) if specials is None else tuple(float(v) for v in specials)
-        if len(vals) != op.specials:
-            raise ValueError(f"{op.name}: needs {op.specials} special magnitude(s), got "
-                             f"{len(vals)}")
-        return tuple(razer_offset_code(v) for v in vals)
 
     # ------------------------------------------------------------------ properties
     @property

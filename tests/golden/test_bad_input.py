@@ -93,15 +93,37 @@ def test_razer_needs_two_specials():
 
 
 def test_range_errors_name_the_problem():
+    """Every format refuses values beyond its range the same way: the value, its index,
+    the limit and why, and how many values are out of range."""
     x = np.zeros((1, 32), np.float32)
     x[0, 5] = 7e4
-    with pytest.raises(InputError, match=r"value 70000.0 exceeds the FP16 range"):
+    with pytest.raises(InputError, match=r"dialectfp4: value 70000.0 at index \(0, 5\) is out "
+                                         r"of range \(dialectfp4 takes \|x\| <= 65504: it "
+                                         r"quantizes from FP16; 1 value\(s\) in all\)"):
         DialectFP4().quantize(x)
     y = np.zeros((1, 128), np.float32)
     y[0, 0] = 3e6
-    with pytest.raises(InputError, match=r"group 0 has amax 3000000.0, whose scale amax/31 "
-                                         "overflows FP16"):
+    y[0, 9] = -3e6
+    with pytest.raises(InputError, match=r"int-group: value 3000000.0 at index \(0, 0\) is out "
+                                         r"of range \(int-group takes \|x\| < 2031119.9: the "
+                                         r"group scale amax/31 must be a finite FP16 value; 2 "
+                                         r"value\(s\) in all\)"):
         IntGroup().quantize(y)
+
+
+@pytest.mark.parametrize("name, limit", [("dialectfp4", 65520.0), ("int-group", None),
+                                         ("mxfp4", 2.0 ** 130), ("nvfp4", 2.0 ** 128 - 2.0 ** 103)])
+def test_range_limit_is_exact(name, limit):
+    """The largest value below the limit quantizes to finite values; the limit is refused."""
+    fmt = get_format(name)
+    limit = limit or fmt.input_range()[0]
+    assert fmt.input_range()[0] == limit
+    x = np.zeros((1, fmt.block_size))
+    x[0, 1] = -np.nextafter(limit, 0)
+    assert np.isfinite(fmt.roundtrip(x)).all()
+    x[0, 1] = -limit
+    with pytest.raises(InputError, match=rf"{name}: value -.* at index \(0, 1\) is out of range"):
+        fmt.quantize(x)
 
 
 def test_dequantize_refuses_other_formats_tensor():
@@ -119,8 +141,9 @@ def test_float64_beyond_fp32_range(name):
     fmt = get_format(name)
     x = np.zeros((2, fmt.block_size))
     x[1, 3] = -1e200
-    with pytest.raises(InputError, match=rf"{name}: value -1e\+200 exceeds the FP32 range "
-                                         r"\(\|x\| <= 3.4028235e\+38\)"):
+    with pytest.raises(InputError, match=rf"{name}: value -1e\+200 at index \(1, 3\) is out "
+                                         rf"of range \({name} takes \|x\| <= 3.4028235e\+38: it "
+                                         r"computes in FP32; 1 value\(s\) in all\)"):
         fmt.quantize(x)
     x[1, 3] = 3.4028235e38  # FP32's largest: fine
     assert np.isfinite(fmt.roundtrip(x)).all()

@@ -114,5 +114,5 @@ def test_batch_independence_and_errors(rng):
         s.step(z, np.zeros(5, bool))
     with pytest.raises(ValueError, match="float16 or float32"):
         s.step(z.astype(np.float64), np.zeros(200, bool))
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match=r"t_low \(a temperature\) must be > 0, got 0.0"):
         StepAwareTemperature(t_low=0)
