@@ -109,15 +109,18 @@ def _mac(name: str) -> Design:
     from mactile.golden.mac import MacDatapath
     from mactile.rtl.mac.presets import mac_presets
     p = mac_presets()[name]
-    features = {k: v for k, v in p["params"].items() if k != "product_register"}
+    features = {k: v for k, v in p["params"].items()
+                if k not in ("product_register", "keep_hierarchy")}
     summary = f"{p['summary']}; {MacDatapath(**features).acc_bits}-bit accumulator"
     return Design(name, summary, builder="mactile.rtl.mac.unit:build_mac",
-                  params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']})",
+                  params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']}"
+                  + (f"; variant: {p['variant']})" if p.get("variant") else ")"),
                   group="blockdialect-table5", bench="mactile.sim.benches.mac:MacBench")
 
 
 for _name in ("mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "mac-fp6-e3m2",
-              "mac-dialectfp4", "mac-dialectfp4-int4"):
+              "mac-dialectfp4", "mac-dialectfp4-int4", "mac-dialectfp4-decode",
+              "mac-dialectfp4-int4-decode"):
     DESIGNS[_name] = _mac(_name)
 
 

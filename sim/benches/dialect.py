@@ -231,7 +231,7 @@ class ChainBench(Bench):
         from mactile.rtl.registry import get_design
 
         self.block_size = block_size
-        mac = dict(get_design("mac-dialectfp4").params) if mac is None else mac
+        mac = dict(get_design("mac-dialectfp4-decode").params) if mac is None else mac
         self.dp = MacDatapath(a_format=mac["a_format"], w_format=mac["w_format"],
                               terms=mac["terms"], multiplier=mac["multiplier"])
         self._registers = registers

@@ -21,12 +21,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from mactile.golden.dialect import N_DIALECTS, DialectFP4, DialectSelect
+from mactile.golden.dialect import FORMATBOOK, N_DIALECTS, DialectFP4, DialectSelect
 from mactile.golden.mac import (DIALECT_CODE_BITS, SE_FIELD_BITS, MacDatapath, MacKind)
 
 from ..bench import Bench, Mismatch, Stream, Vectors, pack_streams
 
-__all__ = ["MacBench"]
+__all__ = ["MacBench", "dequantize_codes"]
+
+
+def dequantize_codes(codes, dialect) -> np.ndarray:
+    """DialectFP4 codes ``sign << 3 | index`` of blocks of dialect ``dialect`` as the
+    dequantizer's 5-bit ``sign << 4 | q`` (golden formatbook; Sec. 3.3, Fig. 6)."""
+    c = np.asarray(codes, np.int64)
+    q = FORMATBOOK[np.asarray(dialect, np.int64), c & 7].astype(np.int64)
+    return ((c >> 3) << 4) | q
 
 DEFAULT_RANDOM_VECTORS = 65536
 BUBBLE_EVERY = 17  # about one cycle in 17 of a random sum is a bubble
@@ -43,13 +51,22 @@ class MacBench(Bench):
     fixed_suites = ("exhaustive",)
 
     def __init__(self, *, a_format: str, w_format: str, terms: int = 64,
-                 multiplier: str = "uint4", product_register: bool = False):
+                 multiplier: str = "uint4", dialect_input: str = "codes",
+                 acc_sizing: str = "exact", product_register: bool = False,
+                 keep_hierarchy: bool = False):
         self.dp = MacDatapath(a_format=a_format, w_format=w_format, terms=terms,
-                              multiplier=multiplier)
+                              multiplier=multiplier, dialect_input=dialect_input,
+                              acc_sizing=acc_sizing)
 
     @property
     def dialect(self) -> bool:
-        return self.dp.kind is MacKind.DIALECT
+        """DialectFP4 with ``codes`` operands: the dialect-id/exponent ports and ``exp``."""
+        return self.dp.decodes
+
+    @property
+    def dequantized(self) -> bool:
+        """DialectFP4 with the dequantizer's ``sign << 4 | q`` operands."""
+        return self.dp.kind is MacKind.DIALECT and not self.dp.decodes
 
     # ------------------------------------------------------------------ helpers
     def _stream(self, name, a, w, valid, clear, *, ad=None, wd=None, ase=None, wse=None):
@@ -153,6 +170,13 @@ class MacBench(Bench):
                 out.append((q.codes.reshape(n, T), q.meta.reshape(n), q.scales.reshape(n)))
             (a, da, ea), (w, dw, ew) = out
             return a, w, da, dw, ea, ew
+        if self.dequantized:
+            # The dequantizer's output for golden-quantized blocks: sign << 4 | q.
+            ga, gw, gda, gdw, _, _ = MacBench(a_format="dialectfp4", w_format="dialectfp4",
+                                              terms=T)._golden_codes(n, rng)
+            z = np.zeros(n, np.int64)
+            return (dequantize_codes(ga, gda[:, None]), dequantize_codes(gw, gdw[:, None]),
+                    z, z, z, z)
         codes = []
         for xi, spec in ((x[0], self.dp.a_spec), (x[1], self.dp.w_spec)):
             scale = spec.max_value / np.abs(xi).max(axis=1, keepdims=True)
@@ -166,7 +190,8 @@ class MacBench(Bench):
         T = self.dp.terms
         L = T + max(1, T // (BUBBLE_EVERY - 1))  # cycles per sum, bubbles included
         na, nw = 1 << self.dp.code_bits("a"), 1 << self.dp.code_bits("w")
-        ng = n // 2 if (not self.dialect or T in DialectFP4.allowed_block_sizes) else 0
+        ng = n // 2 if (self.dp.kind is not MacKind.DIALECT
+                        or T in DialectFP4.allowed_block_sizes) else 0
         a = rng.integers(0, na, (n, T))
         w = rng.integers(0, nw, (n, T))
         da, dw = rng.integers(0, N_DIALECTS, (2, n))
