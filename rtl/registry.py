@@ -143,13 +143,21 @@ DESIGNS["dialect-dequantizer"] = Design(
     bench="mactile.sim.benches.dialect:DequantizerBench")
 DESIGNS["dialect-mse-selector"] = Design(
     "dialect-mse-selector",
-    "DialectFP4 quantizer choosing the dialect by fixed-point MSE over all 16 dialects "
-    "(Table 7's comparison point)",
+    "DialectFP4 quantizer choosing the dialect by fixed-point MSE: 16 dialects as rounds, "
+    "8 per cycle on a held block (Table 7's comparison point; latency 8)",
     builder="mactile.rtl.dialect.mse:DialectMseSelector",
-    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6,
+    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6, "dialects_per_cycle": 8,
             "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
     reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7",
     bench="mactile.sim.benches.dialect:MseSelectorBench")
+DESIGNS["dialect-mse-selector-parallel"] = Design(
+    "dialect-mse-selector-parallel",
+    "DialectFP4 MSE selector, all 16 dialects in parallel, a block every cycle (variant)",
+    builder="mactile.rtl.dialect.mse:DialectMseSelector",
+    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6, "dialects_per_cycle": 16,
+            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
+    reference="BlockDialect (001) Sec. 4.3, Table 7 (variant: fully parallel)",
+    group="blockdialect-table7", bench="mactile.sim.benches.dialect:MseSelectorBench")
 
 
 DESIGNS["dialect-chain"] = Design(

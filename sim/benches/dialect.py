@@ -146,9 +146,47 @@ class MseSelectorBench(_BlockBench):
     :func:`mactile.golden.dialect_mse.quantize_fixed_mse`."""
 
     def __init__(self, *, block_size: int = 32, frac_bits: int = 6, err_frac_bits: int = 6,
-                 registers=None):
+                 registers=None, dialects_per_cycle: int = 16):
         super().__init__(block_size=block_size)
         self.spec = MseFixedPoint(frac_bits=frac_bits, err_frac_bits=err_frac_bits)
+        self.rounds = N_DIALECTS // dialects_per_cycle
+
+    def streams(self, suite, count, rng):
+        """With rounds, every block is followed by ``rounds - 1`` bubbles carrying random
+        blocks (the unit takes a block every ``rounds`` cycles)."""
+        out = super().streams(suite, count, rng)
+        if self.rounds == 1:
+            return out
+        spaced = []
+        for st in out:
+            n = len(st.inputs["valid"])
+            idx = np.repeat(np.arange(n), self.rounds)
+            first = np.tile(np.arange(self.rounds) == 0, n)
+            ins = {}
+            for p, v in st.inputs.items():
+                v = np.asarray(v)[idx]
+                if p == "valid":
+                    v = np.where(first, v, 0)
+                else:
+                    v = np.where(first, v, rng.integers(0, 0x7C00, len(v)))
+                ins[p] = v
+            spaced.append(Stream(st.name, ins))
+        return spaced
+
+    def vectors(self, suite, *, lanes, count, rng):
+        vec = super().vectors(suite, lanes=lanes, count=count, rng=rng)
+        if self.rounds == 1:
+            return vec
+        # Outputs hold the last valid block's result (zero after reset) between pulses.
+        valid = vec.inputs["valid"] == 1
+        t = np.arange(valid.shape[0])[:, None]
+        last = np.maximum.accumulate(np.where(valid, t, -1), axis=0)
+        for p, e in vec.expected.items():
+            if p == "out_valid":
+                continue
+            held = np.take_along_axis(e, np.maximum(last, 0), axis=0)
+            vec.expected[p] = np.where(last >= 0, held, 0)
+        return vec
 
     def golden(self, x16):
         se, dialect, codes, _ = quantize_fixed_mse(x16, self.spec)
