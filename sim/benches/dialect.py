@@ -111,6 +111,23 @@ class _BlockBench(Bench):
         return Vectors(inputs, expected, mask, labels=labels, label_names=names,
                        notes={"dialects_hit": hit.tolist(), "streams": names})
 
+    def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
+        """Stimulus of a real layer: its activation blocks (FP16, consecutive
+        ``block_size`` slices of each token's row), one entering every ``reuse`` cycles
+        (default: the layer's output width, as one block serves every weight row) with
+        ``valid`` on that cycle and the inputs held in between. ``{port: (cycles,)}``."""
+        b = self.block_size
+        r = workload.default_reuse if reuse in (None, 0) else int(reuse)
+        r = max(r, getattr(self, "rounds", 1))
+        blocks = workload.activations.reshape(-1, b).astype(np.float16)
+        n = -(-cycles // r)
+        blocks = blocks[np.arange(n) % len(blocks)]
+        bits = blocks.view(np.uint16).astype(np.int64)
+        idx = np.arange(cycles) // r
+        out = {p: bits[idx, j] for j, p in enumerate(_x_ports(b))}
+        out["valid"] = (np.arange(cycles) % r == 0).astype(np.int64)
+        return out
+
     def describe(self, vectors: Vectors, mismatch: Mismatch, got) -> str:
         c, l = mismatch.cycle, mismatch.lane
         b = self.block_size
@@ -204,6 +221,22 @@ class DequantizerBench(Bench):
 
     def __init__(self, *, block_size: int = 32, registered: bool = True):
         self.block_size = block_size
+
+    def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
+        """Stimulus of a real layer: its weight blocks quantized by the golden DialectFP4
+        MSE selection (as pre-quantized weights are), one block per cycle (the dequantizer
+        feeds the MACs a new weight block every cycle). ``{port: (cycles,)}``."""
+        from mactile.golden.dialect import DialectFP4, DialectSelect
+
+        b = self.block_size
+        blocks = workload.weights.reshape(-1, b)[:cycles]
+        blocks = blocks[np.arange(cycles) % len(blocks)]
+        q = DialectFP4(block_size=b, select=DialectSelect.MSE).quantize(blocks)
+        codes = q.codes.reshape(cycles, b)
+        out = {f"codes__{j}": codes[:, j].astype(np.int64) for j in range(b)}
+        out["dialect"] = q.meta.reshape(cycles).astype(np.int64)
+        out["valid"] = np.ones(cycles, np.int64)
+        return out
 
     @staticmethod
     def golden(codes: np.ndarray, dialect: np.ndarray) -> np.ndarray:

@@ -156,30 +156,34 @@ class MacBench(Bench):
                                     np.ones(m), ad=da[sl], wd=dw[sl], ase=ea[sl], wse=ew[sl]))
         return out
 
-    def _golden_codes(self, n, rng):
+    def _golden_codes(self, n, rng, x=None):
         """Codes of ``n`` sums quantized by the golden models from Gaussian data with a few
-        outliers: ``(a, w, d_a, d_w, se_a, se_w)``, each ``(n, terms)`` or ``(n,)``."""
+        outliers (or from ``x``, ``(2, n, terms)`` activations and weights, as they are):
+        ``(a, w, d_a, d_w, se_a, se_w)``, each ``(n, terms)`` or ``(n,)``."""
         T = self.dp.terms
-        x = rng.standard_normal((2, n, T))
-        x *= np.where(rng.random((2, n, T)) < 0.03, 8.0, 1.0)  # outliers
+        real = x is not None
+        if not real:
+            x = rng.standard_normal((2, n, T))
+            x *= np.where(rng.random((2, n, T)) < 0.03, 8.0, 1.0)  # outliers
         if self.dialect:
             out = []
             for xi, sel in ((x[0], DialectSelect.TWO_STAGE), (x[1], DialectSelect.MSE)):
                 q = DialectFP4(block_size=T, select=sel).quantize(
-                    xi * np.exp2(rng.integers(-14, 8, size=(n, 1))))
+                    xi if real else xi * np.exp2(rng.integers(-14, 8, size=(n, 1))))
                 out.append((q.codes.reshape(n, T), q.meta.reshape(n), q.scales.reshape(n)))
             (a, da, ea), (w, dw, ew) = out
             return a, w, da, dw, ea, ew
         if self.dequantized:
             # The dequantizer's output for golden-quantized blocks: sign << 4 | q.
             ga, gw, gda, gdw, _, _ = MacBench(a_format="dialectfp4", w_format="dialectfp4",
-                                              terms=T)._golden_codes(n, rng)
+                                              terms=T)._golden_codes(n, rng, x)
             z = np.zeros(n, np.int64)
             return (dequantize_codes(ga, gda[:, None]), dequantize_codes(gw, gdw[:, None]),
                     z, z, z, z)
         codes = []
         for xi, spec in ((x[0], self.dp.a_spec), (x[1], self.dp.w_spec)):
-            scale = spec.max_value / np.abs(xi).max(axis=1, keepdims=True)
+            amax = np.abs(xi).max(axis=1, keepdims=True)
+            scale = spec.max_value / np.where(amax > 0, amax, 1.0)
             codes.append(spec.encode(xi * scale))
         z = np.zeros(n, np.int64)
         return codes[0], codes[1], z, z, z, z
@@ -217,6 +221,25 @@ class MacBench(Bench):
             for port, v in (("a_dialect", da), ("w_dialect", dw), ("a_se", ea), ("w_se", ew)):
                 out[port] = np.repeat(v[:, None], L, axis=1)
         return out, np.arange(n) < ng
+
+    def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
+        """Stimulus of a real layer (:class:`mactile.sim.workloads.Workload`): its dot
+        products in ``terms``-long sums, one term per cycle, no bubbles, operands
+        quantized per sum by the golden quantizers (integer/float: scaled to the format's
+        maximum; DialectFP4: two-stage activations, MSE weights). ``{port: (cycles,)}``."""
+        from mactile.sim.workloads import dot_operands
+
+        T = self.dp.terms
+        n = -(-cycles // T)
+        xa, xw = dot_operands(workload, T, n)
+        n = len(xa)
+        a, w, da, dw, ea, ew = self._golden_codes(n, rng, np.stack([xa, xw]))
+        out = {"a": a.reshape(-1), "w": w.reshape(-1), "valid": np.ones(n * T, np.int64),
+               "clear": np.tile(np.arange(T) == 0, n).astype(np.int64)}
+        if self.dialect:
+            for port, v in (("a_dialect", da), ("w_dialect", dw), ("a_se", ea), ("w_se", ew)):
+                out[port] = np.repeat(np.asarray(v), T)
+        return {k: np.asarray(v, np.int64)[:cycles] for k, v in out.items()}
 
     def vectors(self, suite, *, lanes, count, rng) -> Vectors:
         self.check_suite(suite)
