@@ -11,6 +11,7 @@ reported as shares of their own total besides the absolute figures.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -37,13 +38,15 @@ def area_breakdown(design: str, lib: Library, clock_ns: float, **overrides) -> d
     ``top_only`` is the glue left in the top module (for a MAC: nothing but wiring).
     """
     rtl = design_rtl(design, keep_hierarchy=True, **overrides)
-    dont_use = " ".join(f"-dont_use {p}" for p in getattr(lib, "dont_use", ()) or ())
+    dont_use = lib.dont_use_args()
     root = cache_dir() / "breakdown"
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         work = Path(tmp)
         (work / "design.v").write_text(rtl.verilog)
-        run_yosys(_SCRIPT.format(top=rtl.top, lib=lib.path, dont_use=dont_use,
+        # Relative: Yosys in WebAssembly sees only part of the file system (not /tmp).
+        liberty = os.path.relpath(lib.path, work)
+        run_yosys(_SCRIPT.format(top=rtl.top, lib=liberty, dont_use=dont_use,
                                  clock_ps=int(clock_ns * 1000)), work, "breakdown.log")
         mods = json.loads((work / "stat.json").read_text())["modules"]
     areas = {name.lstrip("\\"): float(m.get("area", 0.0)) for name, m in mods.items()}
