@@ -144,7 +144,7 @@ def test_mse_selector_block16(build_root, tmp_path):
     assert all(n > 0 for n in r.notes["dialects_hit"])
 
 
-@pytest.mark.parametrize("dpc", [8, 4])
+@pytest.mark.parametrize("dpc", [8, pytest.param(4, marks=pytest.mark.slow)])
 def test_mse_selector_in_rounds(build_root, tmp_path, dpc):
     """Dialects over 16 / dpc rounds on a held block: bit-exact with the golden MSE
     selection (ties to the lower dialect across rounds), outputs held between blocks."""
