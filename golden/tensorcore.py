@@ -767,8 +767,10 @@ def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
 
 def epilogue(acc_bits, w_tensor_scale, a_tensor_scale) -> np.ndarray:
     """Apply the two FP32 tensor scales outside the core (named choice):
-    ``y = RNE32(RNE32(D32_w * D32_a) * acc)`` for FP32 accumulator bit patterns."""
+    ``y = RNE32(RNE32(D32_w * D32_a) * acc)`` for FP32 accumulator bit patterns (a format
+    without a tensor scale, MXFP4, passes None: 1)."""
     acc = np.asarray([int(b) for b in np.ravel(acc_bits)], dtype=np.uint32).view(np.float32)
-    d = np.float32(w_tensor_scale) * np.float32(a_tensor_scale)
+    one = lambda t: np.float32(1.0 if t is None else t)  # noqa: E731 - MXFP4: no tensor scale
+    d = one(w_tensor_scale) * one(a_tensor_scale)
     with np.errstate(over="ignore", invalid="ignore"):
         return (acc * d).astype(np.float32)
