@@ -169,6 +169,16 @@ class FloatFormat:
         return (1 << (self.bits - 1)) if self.signed else 0
 
     @property
+    def man_mask(self) -> int:
+        """Mask of the mantissa field."""
+        return (1 << self.man_bits) - 1
+
+    @property
+    def exp_mask(self) -> int:
+        """Mask of the exponent field, in place (FP16: 0x7C00)."""
+        return ((1 << self.exp_bits) - 1) << self.man_bits
+
+    @property
     def emin(self) -> int:
         """Unbiased exponent of the smallest binade that holds a full significand."""
         return (1 if self.subnormals else 0) - self.bias

@@ -29,7 +29,7 @@ import numpy as np
 from .block import BlockFormat, InputError, row_max, row_sum, tensor_amax
 from .conventions import (DEFAULT_CONVENTION, Convention, Dequantization, ElementScaling,
                           ElementTies, MXScaleRule, NegativeZero, ScaleArgument, check_options)
-from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FloatFormat, Rounding
+from .elements import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat, Rounding
 from .storage import (SPECIAL_CODE, STORAGES, ZERO_CODE, BlockStorage, candidate_fields,
                       special_by_fields)
 
@@ -602,14 +602,14 @@ class MXFP4(BlockFormat):
             descale = (a32 / _F32(FP4_E2M1.max_value)).astype(np.float64)
             m, p = np.frexp(descale)
             e = p.astype(np.int64) - 1 + (m != 0.5)
-            return np.where(descale > 0, e, -127)
+            return np.where(descale > 0, e, -E8M0.bias)
         m, p = np.frexp(amax)  # amax = m * 2**p, m in [0.5, 1)
         e = p.astype(np.int64) - 1  # floor(log2 amax)
         if rule is MXScaleRule.CEIL:
             e += m != 0.5
         elif rule is MXScaleRule.EVEN:  # amax rounded to FP4's mantissa width, ties away
             e += m >= 1.0 - 2.0 ** -(FP4_E2M1.man_bits + 2)
-        return np.where(amax > 0, e - emax, -127)
+        return np.where(amax > 0, e - emax, -E8M0.bias)
 
     def _quantize_blocks(self, xb, ctx):
         x = np.asarray(xb)

@@ -136,7 +136,8 @@ def interesting_fp32(rng, n: int) -> np.ndarray:
     exp = np.select(
         [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
         [np.zeros(n, np.uint64), rng.integers(1, 4, n).astype(np.uint64),
-         rng.integers(250, 256, n).astype(np.uint64), np.full(n, 127, np.uint64),
+         rng.integers(_F32_EXP_TOP - 5, _F32_EXP_TOP + 1, n).astype(np.uint64),
+         np.full(n, _F32_BIAS, np.uint64),
          rng.integers(100, 140, n).astype(np.uint64)],
         rng.integers(0, 256, n).astype(np.uint64))
     man = np.where(rng.random(n) < 0.1, np.uint64(0), man)

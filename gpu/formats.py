@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import (E8M0, FP4_E2M1, FP8_E4M3, NVFP4, FP16, FP32, MXFP4, RaZeR, RaZeRG128,
+from mactile.golden import (BLOCK_FORMATS, FP4_E2M1, FP8_E4M3, NVFP4, FP16, FP32,
                             require_default_convention)
 from mactile.golden.block import BlockFormat
 
@@ -310,8 +310,7 @@ def traits_header() -> str:
            "namespace mt {", "template <int F> struct Fmt;"]
     out += [f"constexpr int FID_{n.upper().replace('-', '_')} = {i};" for n, i in FORMAT_IDS.items()]
     for name, fid in FORMAT_IDS.items():
-        proto = {"nvfp4": NVFP4(), "razer": RaZeR(), "razer-g128": RaZeRG128()}[name]
-        kf = kernel_format(proto)
+        kf = kernel_format(golden_proto(name))
         pre = kf.f16_prescale_log2
         f16_mul = 2.0 ** (FP16.bias - kf.scale_bias - pre)
         f32_mul = 2.0 ** (FP32.bias - kf.scale_bias)
@@ -397,10 +396,9 @@ def reset_header() -> str:
 # --------------------------------------------------------------------------- the engine
 def golden_proto(name: str) -> BlockFormat:
     """The default golden format object of an FP4 engine format name."""
-    protos = {"nvfp4": NVFP4, "mxfp4": MXFP4, "razer": RaZeR, "razer-g128": RaZeRG128}
-    if name not in protos:
+    if name not in FP4_ENGINE_FORMATS:
         raise ValueError(f"unknown FP4 format {name!r}; choose from {FP4_ENGINE_FORMATS}")
-    return protos[name]()
+    return BLOCK_FORMATS[name]()
 
 
 def engine_format_id(name: str) -> int:

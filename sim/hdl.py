@@ -26,7 +26,7 @@ __all__ = [
     "GeneratedDesign", "lint",
     "LintResult", "Layout", "burst_wrapper", "verilator_bin_dir", "WRAPPER_TOP",
     "PUBLIC_PORTS_VLT",
-    "CYCLE_BITS", "AMARANTH_WAIVERS",
+    "CYCLE_BITS", "AMARANTH_WAIVERS", "module_name", "module_ports",
 ]
 
 #: Module name of the lane wrapper.

@@ -1,6 +1,6 @@
 """Verilator ``-Wall`` findings on the fp4tc designs that are idioms of Yosys's Verilog
 backend, not design issues (every width and value is checked bit-exactly against the golden
-model in simulation). Read by :func:`mactile.sim.hdl.lint_waivers`."""
+model in simulation). Read by :func:`mactile.rtl.verilog.lint_waivers`."""
 from __future__ import annotations
 
 __all__ = ["LINT_WAIVERS", "STAGE_SIGNALS"]

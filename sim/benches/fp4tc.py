@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from mactile.golden.conventions import require_default_convention
-from mactile.golden.elements import FP4_E2M1
+from mactile.golden.elements import FP4_E2M1, FP32
 from mactile.golden.fp4blocks import razer_offset_code, razer_offset_value
 from mactile.golden.storage import SPECIAL_CODE, ZERO_CODE
 from mactile.golden.tensorcore import (ELEM_FRAC, OFFSET_BITS, OPERANDS, FixedAccumulator, FP32Accumulator,
@@ -670,16 +670,16 @@ class Fp32AddBench(Bench):
         third = total // 3
         # same binade, random sign and mantissa: cancellation and carries
         sl = slice(third, 2 * third)
-        b[sl] = (a[sl] & 0x7F800000) | rng.integers(0, 1 << 23, third) \
-            | (rng.integers(0, 2, third) << 31)
+        b[sl] = (a[sl] & FP32.exp_mask) | rng.integers(0, 1 << FP32.man_bits, third) \
+            | (rng.integers(0, 2, third) << (FP32.bits - 1))
         # ties and near ties relative to a's ulp
         for i in range(2 * third, total):
-            ai = int(a[i]) & 0x7FFFFFFF
-            e = max((ai >> 23), 1) - 150  # a's ulp exponent
+            ai = int(a[i]) & (FP32.exp_mask | FP32.man_mask)
+            e = max((ai >> FP32.man_bits), 1) - (FP32.bias + FP32.man_bits)  # a's ulp exponent
             m = int(rng.integers(0, 64)) * 2 + 1
             near = int(rng.integers(0, 2))
             shift = int(rng.integers(0, 30)) if rng.random() < 0.3 else 0
-            b[i] = fp32_round(int(rng.integers(0, 2)), m, e - 1 - near + shift) if ai < 0x7F800000 \
+            b[i] = fp32_round(int(rng.integers(0, 2)), m, e - 1 - near + shift) if ai < FP32.exp_mask \
                 else b[i]
         s = np.array([fp32_add_bits(int(x), int(y)) for x, y in zip(a, b)], np.int64)
         sh = (cycles, lanes)
