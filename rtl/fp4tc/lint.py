@@ -27,6 +27,7 @@ STAGE_SIGNALS = (
     "last_beat", "scale_sig*", "scale_e*", "scale_neg*", "scale_nan*",
     # packing of the scaled product
     "pmag*", "psign*", "plz*", "pnorm*", "pexp*", "pf32_*", "pshamt*", "pshift*", "pfix*",
+    "psub*",
     # pipeline registers' named copies and the FP32 adder's stages
     "input_*", "dot_*", "product_*", "scaled_*", "a", "b", "s", "x", "y", "ex_eff", "ey_eff",
     "mx", "my", "d", "d_capped", "y_wide", "y_aligned", "raw", "lz", "room", "shl", "norm",
