@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import MXFP4, NVFP4, RaZeR, RaZeRG128
+from mactile.golden import FP16, FP32, MXFP4, NVFP4, RaZeR, RaZeRG128
 
 from ..check import check_close, reference
 from ..packing import pack_w4a16, quantized_from_arrays
@@ -106,7 +106,8 @@ def _check_fp4(what, y_dev, x_host, q, cols):
 
 def _check_bound(what, got, ref, mag, K, extra_rel=0.0):
     """|got - ref| <= (K/8 + 64) 2^-23 mag + extra_rel mag + 2^-11 |ref| + 2^-24 (FP16 output)."""
-    bound = (K / 8 + 64) * 2.0 ** -23 * mag + extra_rel * mag + 2.0 ** -11 * np.abs(ref) + 2.0 ** -24
+    bound = ((K / 8 + 64) * 2.0 ** -FP32.man_bits * mag + extra_rel * mag
+             + 2.0 ** -(FP16.man_bits + 1) * np.abs(ref) + FP16.min_value)
     err = np.abs(got - ref)
     if not np.isfinite(got).all() or (err > bound).any():
         i = np.unravel_index(int(np.argmax(err / bound)), err.shape)
