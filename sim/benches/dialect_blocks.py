@@ -129,7 +129,7 @@ def mse_corner_blocks(b: int, rng) -> dict[str, np.ndarray]:
         q = np.r_[top, rng.choice(shared, b - 1)]
         out.setdefault("mse-tie", []).append((rng.permutation(q) / 8.0).astype(np.float16))
     out["mse-tie"].append(np.zeros(b, np.float16))
-    out["mse-tie"].append(np.full(b, np.float16(2.0 ** -24)))
+    out["mse-tie"].append(np.full(b, np.float16(FP16.min_value)))
     return {k: np.stack(v) for k, v in out.items()}
 
 
