@@ -262,7 +262,7 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
             }
             const float arg = __fdiv_rn(ab, d6);
             sc = (u8)__nv_cvt_float_to_fp8(arg, __NV_SATFINITE, __NV_E4M3);
-            const float sval = mt::scale_f32<FID_NVFP4>(sc);
+            const float sval = mt::scale_f32<mt::FID_NVFP4>(sc);
             const float denom = __fmul_rn(d32, sval);
             u32 lo = 0u, hi = 0u;
 #pragma unroll
