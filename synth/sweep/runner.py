@@ -109,6 +109,13 @@ def _failure_record(job: dict, exc: BaseException) -> dict:
     return rec
 
 
+class _Nothing:
+    slots = 1
+
+    def run(self, fn, items):
+        return iter(())
+
+
 def run_sweep(spec: Spec, out_dir: str | Path, *, cluster=None, workers: int | None = None,
               retry_failed: bool = False, progress: bool = True, stream: TextIO | None = None,
               job_fn: Callable[[dict], dict] = run_job, executor=None) -> SweepSummary:
@@ -140,7 +147,9 @@ def run_sweep(spec: Spec, out_dir: str | Path, *, cluster=None, workers: int | N
         todo = [j.to_dict() for j in spec.jobs if j.job_id not in done]
         skipped = len(spec.jobs) - len(todo)
         store.begin_sweep(spec.name, spec.text, len(spec.jobs))
-        ex = executor or make_executor(cluster or spec.cluster, workers or spec.workers)
+        # Nothing to run (a rerun): no pool started, no scheduler contacted.
+        ex = (executor or make_executor(cluster or spec.cluster, workers or spec.workers)
+              if todo else _Nothing())
         where = ex.describe() if todo else "nothing to run"
         if progress and todo:
             (stream or sys.stderr).write(

@@ -298,3 +298,16 @@ def test_interrupted_sweep_exits_cleanly(tools, tmp_path):
     assert leftovers == []
     assert not [p for p in runs.iterdir() if not (p / "result.json").exists()
                 and not p.name.endswith(".failed")]
+
+
+@pytest.mark.synth
+def test_equivalence_off_gives_figures_marked_not_checked(tools):
+    from mactile.synth.sweep.jobs import run_job
+
+    _pdk_or_skip()
+    spec = parse_spec({"designs": [{"design": "mac-int4"}],
+                       "measure": {"equivalence": False, "workload": "global"}})
+    r = run_job(spec.jobs[0].to_dict())
+    assert r["status"] == "ok" and r["equivalence"] == "not checked", r
+    assert r["area_um2"] > 0 and r["power_total_mw"] > 0 and r["fmax_mhz"] > 0
+    assert r["energy_per_op_pj"] == pytest.approx(r["power_total_mw"] * 10.0)
