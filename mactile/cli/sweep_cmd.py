@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mactile.cli.common import CliError, FailedRun, check_output_dir, positive_int
+from mactile.cli.common import (CliError, FailedRun, check_output_dir, positive_int,
+                                seed_int)
 
 
 def register(sub) -> None:
@@ -28,6 +29,11 @@ def register(sub) -> None:
                         "else a local process pool); needs pip install 'mactile[sweep]'")
     p.add_argument("--workers", "-j", type=positive_int, default=None, metavar="N",
                    help="local pool size (default: the spec's workers:, else the CPUs)")
+    p.add_argument("--random", type=positive_int, default=None, metavar="N",
+                   help="run a random draw of N of the spec's configurations instead of its "
+                        "search: (the same N and --seed draw the same ones)")
+    p.add_argument("--seed", type=seed_int, default=0, metavar="S",
+                   help="seed of --random (default 0)")
     p.add_argument("--retry-failed", action="store_true",
                    help="run again the jobs recorded as failed or timed out")
     p.add_argument("--dry-run", action="store_true",
@@ -37,11 +43,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _load(path: str):
+def _load(path: str, args):
     from mactile.synth.sweep import SpecError, load_spec
 
+    search = ({"method": "random", "budget": args.random, "seed": args.seed}
+              if args.random else None)
     try:
-        return load_spec(path)
+        return load_spec(path, search=search)
     except SpecError as e:
         raise CliError(str(e)) from None
 
@@ -77,7 +85,7 @@ def run(args) -> int:
         return 0
     if not args.spec:
         raise CliError("give a sweep spec (SPEC.yaml) and -o DIR, or --report DIR")
-    spec = _load(args.spec)
+    spec = _load(args.spec, args)
     if args.dry_run:
         return _dry_run(spec, args.output)
     if not args.output:

@@ -185,8 +185,10 @@ def ops_per_cycle(design: str, params: dict) -> tuple[float, str]:
     return 1.0, "operation"
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read and check a spec file (:class:`SpecError` names the file and entry)."""
+def load_spec(path: str | Path, *, search: dict | None = None) -> Spec:
+    """Read and check a spec file (:class:`SpecError` names the file and entry).
+
+    ``search`` replaces the spec's ``search:`` (``mactile sweep --random N``)."""
     import yaml
 
     p = Path(path)
@@ -202,6 +204,8 @@ def load_spec(path: str | Path) -> Spec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise SpecError(f"cannot parse {str(p)!r} as YAML: {e}") from None
+    if search is not None and isinstance(data, dict):
+        data = {**data, "search": search}
     return parse_spec(data, source=str(p), text=text)
 
 

@@ -311,3 +311,22 @@ def test_equivalence_off_gives_figures_marked_not_checked(tools):
     assert r["status"] == "ok" and r["equivalence"] == "not checked", r
     assert r["area_um2"] > 0 and r["power_total_mw"] > 0 and r["fmax_mhz"] > 0
     assert r["energy_per_op_pj"] == pytest.approx(r["power_total_mw"] * 10.0)
+
+
+@pytest.mark.synth
+def test_a_job_past_its_time_limit_is_a_timeout_record(tools, tmp_path, monkeypatch):
+    from mactile.synth.sweep.jobs import run_job
+
+    _pdk_or_skip()
+    monkeypatch.setenv("MACTILE_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
+    spec = parse_spec({"designs": [{"design": "mac-int8"}], "measure": {"timeout_s": 0.05}})
+    r = run_job(spec.jobs[0].to_dict())
+    assert r["status"] == "timeout" and "timed out after" in r["error"], r
+    assert r["area_um2"] is None and r["energy_per_op_pj"] is None
+
+
+def test_random_flag_overrides_the_search(capsys):
+    rc, out, _ = _cli(["sweep", str(REPO / "examples/sweeps/tensor-cores.yaml"), "--dry-run",
+                       "--random", "5", "--seed", "2"], capsys)
+    assert rc == 0 and "5 jobs (random draw of 5 of 108)" in out
+    assert out.count("  to run  ") == 5
