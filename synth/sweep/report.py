@@ -104,12 +104,14 @@ def paper_points(records: list[dict]) -> list[dict]:
                 continue
             from mactile.rtl.registry import get_design
             ops, op = ops_per_cycle(row["design"], get_design(row["design"]).params)
-            ops *= int(row.get("count", 1))
+            # A row of N copies ("32 MACs") is drawn per copy, like our one unit.
+            count = int(row.get("count", 1))
             out.append({"family": r["family"], "pdk": t["pdk"], "table": t["id"],
-                        "name": row["name"], "process": t["paper_process"],
-                        "area_um2": float(row["area"]),
+                        "name": row["name"] + (f" (1 of {count})" if count > 1 else ""),
+                        "process": t["paper_process"],
+                        "area_um2": float(row["area"]) / count,
                         "energy_per_op_pj": float(row["power"]) * scale * float(t["clock_ns"])
-                        / ops, "op": op})
+                        / (ops * count), "op": op})
     return out
 
 
@@ -207,7 +209,7 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
     colors = dict(zip(designs, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
     markers = dict(zip(pdks, "osD^v<>ph" * 4))
     styles = dict(zip(pdks, ["-", "--", ":", "-."] * 4))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
     ax_e, ax_f = axes
     op = ok[0]["op"] if ok else "op"
     for pdk in pdks:
@@ -218,7 +220,7 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
                 continue
             met = [r for r in pts if r["meets_timing"] and r["energy_per_op_pj"] is not None]
             miss = [r for r in pts if not r["meets_timing"] and r["energy_per_op_pj"] is not None]
-            label = f"{d} ({pdk})" if len(pdks) > 1 else d
+            label = None
             ax_e.scatter([r["area_um2"] for r in met], [r["energy_per_op_pj"] for r in met],
                          color=colors[d], marker=markers[pdk], label=label, s=32)
             ax_e.scatter([r["area_um2"] for r in miss], [r["energy_per_op_pj"] for r in miss],
@@ -236,8 +238,8 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
                 continue
             ax.step([r["area_um2"] for r in front], [r[ykey] for r in front], where="post",
                     color="0.4", ls=styles[pdk], lw=1, zorder=0,
-                    label=f"front ({pdk})" if len(pdks) > 1 else "front")
-            if len(front) <= 12:
+                    label=None)
+            if len(front) <= 12 and len(ok) <= 40:  # beyond that the table names them
                 for r in front:
                     ax.annotate(_annotation(r), (r["area_um2"], r[ykey]), xytext=(4, -9),
                                 textcoords="offset points", fontsize=6.5, color="0.25")
@@ -246,10 +248,18 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
                      color="gold", edgecolors="k", linewidths=0.6, zorder=3)
         ax_e.annotate(f"paper: {p['name']}", (p["area_um2"], p["energy_per_op_pj"]),
                       xytext=(5, 3), textcoords="offset points", fontsize=7)
+    # One legend: colours are designs, markers libraries, lines fronts, stars papers.
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=colors[d], label=d) for d in designs]
+    if len(pdks) > 1:
+        handles += [Line2D([], [], ls="", marker=markers[p], color="0.5", label=p) for p in pdks]
+    handles.append(Line2D([], [], color="0.4", label="front" + (" (line style: library)"
+                                                                 if len(pdks) > 1 else "")))
     if papers:
         procs = sorted({p["process"].split(",")[0] for p in papers})
-        ax_e.scatter([], [], marker="*", s=120, color="gold", edgecolors="k",
-                     label=f"paper ({'; '.join(procs)})")
+        handles.append(Line2D([], [], ls="", marker="*", markersize=11, color="gold",
+                              markeredgecolor="k", label=f"paper ({'; '.join(procs)})"))
     for ax in axes:
         xs = [c.get_offsets()[:, 0] for c in ax.collections if len(c.get_offsets())]
         if xs:
@@ -258,8 +268,6 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
                 ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
         ax.set_xlabel("area (um$^2$)")
-        if len(ax.get_legend_handles_labels()[1]) <= 18:
-            ax.legend(fontsize=7, loc="best")
     ys = [r["energy_per_op_pj"] for r in ok if r["energy_per_op_pj"]] + \
          [p["energy_per_op_pj"] for p in papers]
     if ys and min(ys) > 0 and max(ys) / min(ys) > 30:
@@ -269,8 +277,9 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
                    fontsize=9)
     ax_f.set_ylabel("fmax (MHz)")
     ax_f.set_title("fmax vs area", fontsize=9)
+    fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
     fig.suptitle(f"{fam}: {len(ok)} of {len(rs)} configurations with figures", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -2,7 +2,8 @@
 
 Rows are only ever inserted, each in its own transaction as its job finishes, so a
 killed sweep loses at most the jobs that were running, never a finished one, and never
-leaves half a row (SQLite's journal). A job's latest row is its result; a job rerun (its
+leaves half a row (SQLite's write-ahead log: ``sweep.sqlite-wal`` and ``-shm`` exist while
+a sweep runs, and are folded into the file when it ends). A job's latest row is its result; a job rerun (its
 failure retried) adds a row rather than replacing one.
 """
 from __future__ import annotations
@@ -54,6 +55,13 @@ class ResultStore:
                                     f"({self.path.name} not found)")
         try:
             self.conn = sqlite3.connect(self.path, timeout=30)
+            # Write-ahead log, synced at checkpoints: a commit survives the process being
+            # killed (only a crash of the machine itself may lose the last rows, never
+            # corrupt the file), at 0.2 ms a row instead of 14 ms with a sync per commit
+            # (measured on the shared machine). WAL needs a local file system (not NFS),
+            # which the one process that writes the table has.
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError as e:
             raise ValueError(f"{str(self.path)!r} is not a sweep results database ({e})"

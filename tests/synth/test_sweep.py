@@ -6,6 +6,7 @@ The runs use mac-int4 on osu018 (about 5 s a job): the whole file takes about 1-
 """
 import json
 import os
+from contextlib import closing
 import signal
 import sqlite3
 import subprocess
@@ -249,7 +250,7 @@ def test_killed_sweep_resumes_where_it_stopped(tools, tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             if db.exists():
-                with sqlite3.connect(db) as c:
+                with closing(sqlite3.connect(db)) as c:
                     if c.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 1:
                         break
             time.sleep(0.2)
@@ -257,7 +258,7 @@ def test_killed_sweep_resumes_where_it_stopped(tools, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its pool, as a crash would
         proc.wait()
-    with sqlite3.connect(db) as c:
+    with closing(sqlite3.connect(db)) as c:
         first = [r[0] for r in c.execute("SELECT job_id FROM results ORDER BY seq")]
     assert 1 <= len(first) < 3
     assert not (out / "sweep.md").exists()           # no report of a killed run
@@ -265,7 +266,7 @@ def test_killed_sweep_resumes_where_it_stopped(tools, tmp_path):
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"{len(first)} already recorded, {3 - len(first)} to run" in done.stderr
-    with sqlite3.connect(db) as c:
+    with closing(sqlite3.connect(db)) as c:
         rows = [r[0] for r in c.execute("SELECT job_id FROM results ORDER BY seq")]
     assert rows[:len(first)] == first and len(rows) == len(set(rows)) == 3
     assert sorted(p.name for p in out.iterdir()) == ["pareto-mac.png", "sweep.csv", "sweep.md",
