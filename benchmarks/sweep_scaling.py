@@ -165,7 +165,8 @@ def main() -> int:
             r = run_once(real_spec(args.real), ex, w, run_job, cache)
             real.append(r)
             print(f"real    {ex:<5} {w} worker(s): {r['jobs_per_hour']:7.0f} jobs/h "
-                  f"({r['jobs']} jobs in {r['wall_s']:.1f} s, mean job {r['mean_job_runtime_s']:.1f} s)",
+                  f"({r['jobs']} jobs in {r['wall_s']:.1f} s, mean job "
+                  f"{r['mean_job_runtime_s']:.1f} s)",
                   flush=True)
 
     # The estimate: per-job overhead of the Dask path with one worker (everything a job

@@ -19,6 +19,7 @@ worker cannot be interrupted mid-task: it finishes its current job and discards 
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -153,14 +154,15 @@ class DaskExecutor:
                 fut = self.client.submit(fn, it, pure=False,
                                          key=f"mactile-sweep-{it['job_id']}-{os.urandom(4).hex()}")
                 futures[fut] = it
-            for fut in dask_completed(futures):
-                try:
-                    out = fut.result()
-                except (FutureCancelledError, OSError) as e:
-                    raise ExecutorLost(f"the Dask cluster lost the job ({type(e).__name__}: "
-                                       f"{e}); run again to resume") from None
-                except Exception as e:  # noqa: BLE001 - KilledWorker etc.: the job's record
-                    out = e
+            # with_results: the client gathers results in its event loop as tasks finish
+            # (one blocking round trip per job cost 2x more here); an exception of a job
+            # (KilledWorker, ...) comes back as the result, a lost task as CancelledError.
+            for fut, out in dask_completed(futures, with_results=True, raise_errors=False):
+                if fut.status == "error" and isinstance(out, tuple):
+                    out = out[1]  # (type, exception, traceback)
+                if isinstance(out, (FutureCancelledError, asyncio.CancelledError, OSError)):
+                    raise ExecutorLost(f"the Dask cluster lost the job ({type(out).__name__}: "
+                                       f"{out}); run again to resume")
                 yield futures[fut], out
         finally:
             if futures:

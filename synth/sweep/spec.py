@@ -250,10 +250,9 @@ def _measure(source: str, raw) -> Measure:
     if "workload" in m and m["workload"] not in WORKLOADS:
         raise _err(source, "measure.workload", f"must be one of {', '.join(WORKLOADS)}, got "
                    f"{m['workload']!r}")
-    for k in ("cycles", "seed"):
-        if k in m and (isinstance(m[k], bool) or not isinstance(m[k], int) or m[k] < (2 if k == "cycles" else 0)):
-            raise _err(source, f"measure.{k}", f"must be an integer >= "
-                       f"{2 if k == 'cycles' else 0}, got {m[k]!r}")
+    for k, lo in (("cycles", 2), ("seed", 0)):
+        if k in m and (isinstance(m[k], bool) or not isinstance(m[k], int) or m[k] < lo):
+            raise _err(source, f"measure.{k}", f"must be an integer >= {lo}, got {m[k]!r}")
     if "equivalence" in m and not isinstance(m["equivalence"], bool):
         raise _err(source, "measure.equivalence", f"must be true or false, got "
                    f"{m['equivalence']!r}")
@@ -429,9 +428,11 @@ def _design_jobs(source, where, entry, libs, clocks, measure, check_pdk):
         raise _err(source, f"{where}.family", f"must be a string, got {family!r}")
     d_libs = _list(source, f"{where}.libraries", entry["libraries"], str,
                    check_pdk(f"{where}.libraries")) if "libraries" in entry else libs
-    d_clocks = ([float(c) for c in _list(source, f"{where}.clocks_ns", entry["clocks_ns"],
-                                         (int, float), _positive_clock(source, f"{where}.clocks_ns"))]
-                if "clocks_ns" in entry else clocks)
+    d_clocks = clocks
+    if "clocks_ns" in entry:
+        d_clocks = [float(c) for c in _list(source, f"{where}.clocks_ns", entry["clocks_ns"],
+                                            (int, float),
+                                            _positive_clock(source, f"{where}.clocks_ns"))]
     ops_override = entry.get("ops_per_cycle")
     if ops_override is not None and (isinstance(ops_override, bool)
                                      or not isinstance(ops_override, (int, float))

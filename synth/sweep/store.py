@@ -2,8 +2,8 @@
 
 Rows are only ever inserted, each in its own transaction as its job finishes, so a
 killed sweep loses at most the jobs that were running, never a finished one, and never
-leaves half a row (SQLite's write-ahead log: ``sweep.sqlite-wal`` and ``-shm`` exist while
-a sweep runs, and are folded into the file when it ends). A job's latest row is its result; a job rerun (its
+leaves half a row (SQLite's write-ahead log: ``sweep.sqlite-wal`` and ``-shm`` exist
+while a sweep runs, and are folded into the file when it ends). A job's latest row is its result; a job rerun (its
 failure retried) adds a row rather than replacing one.
 """
 from __future__ import annotations
