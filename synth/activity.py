@@ -200,7 +200,7 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int, workload: str = "bench",
                      reuse: int = 0) -> tuple[dict[str, list[int]], str] | None:
     """The design's own testbench stimulus from the simulation harness, or None.
 
-    The registry design's ``bench`` (:class:`mactile.sim.bench.Bench`) builds its
+    The registry design's bench (:data:`mactile.sim.benches.BENCHES`) builds its
     ``activity_suite`` (default its first suite: ``random`` for the MACs, the corner
     streams, then golden-quantized and uniform operand codes) on one lane for ``cycles``
     vectors; its inputs are the stimulus.
@@ -210,9 +210,11 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int, workload: str = "bench",
         design = get_design(rtl.design)
     except (ImportError, ValueError):
         return None
-    if not getattr(design, "bench", ""):
+    from mactile.sim.benches import bench_path, load_bench  # synth sits above sim
+
+    if not bench_path(design):
         return None
-    bench = design.load_bench()(**rtl.params)
+    bench = load_bench(design)(**rtl.params)
     if workload != "bench" and hasattr(bench, "workload_vectors"):
         from mactile.sim.workloads import load_workload
         wl = load_workload(workload)
@@ -234,7 +236,7 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int, workload: str = "bench",
         stim.setdefault(port.name, [0] * n)
     note = (f" (workload {workload} not supported by this bench)"
             if workload != "bench" else "")
-    return stim, f"{design.bench.rpartition(':')[2]} '{suite}' suite (golden-derived){note}"
+    return stim, f"{bench_path(design).rpartition(':')[2]} '{suite}' suite (golden-derived){note}"
 
 
 def stimulus_for(rtl: Rtl, cycles: int = DEFAULT_CYCLES, seed: int = DEFAULT_SEED,

@@ -44,6 +44,9 @@ __all__ = ["FlowOptions", "SynthResult", "synthesize", "check_equivalence", "FLO
 #: Bumped when the flow changes in a way its scripts' text does not show.
 FLOW_VERSION = 2
 
+#: ``SynthResult.equivalence`` of a run with ``FlowOptions(prove=False)``.
+NOT_CHECKED = "not checked (equivalence proof off)"
+
 #: Default clock period (ns): 100 MHz, the clock of BlockDialect's Tables 6-7.
 DEFAULT_CLOCK_NS = 10.0
 
@@ -72,6 +75,12 @@ class FlowOptions:
         out of its budget there.
     timeout_s : float
         Limit on each tool run.
+    prove : bool
+        Prove the netlist equivalent to its RTL before it gets figures (default). False
+        (a design-space sweep's ``equivalence: off``) skips the proof: the result's
+        ``equivalence`` reads ``not checked`` and it has figures, but :attr:`SynthResult.ok`
+        stays False, so the report of ``mactile report`` never shows an unproven number
+        as proven.
     """
 
     clock_ns: float = DEFAULT_CLOCK_NS
@@ -79,6 +88,7 @@ class FlowOptions:
     equiv_rtl_budget_s: float = 30.0
     equiv_rtl_max_cells: int = 5000
     timeout_s: float = 1800.0
+    prove: bool = True
 
     def __post_init__(self):
         if not (isinstance(self.clock_ns, (int, float)) and math.isfinite(self.clock_ns)
@@ -232,6 +242,8 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
         "equiv_budget": opts.equiv_rtl_budget_s, "equiv_max_cells": opts.equiv_rtl_max_cells,
         "timeout_s": opts.timeout_s, "yosys": yosys_version(), "sta": [sta.kind, sta.version],
     }
+    if not opts.prove:  # only then, so that every existing cache entry keeps its key
+        key["prove"] = False
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -426,6 +438,10 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         net = work / "netlist.v"
         net.write_text(netlist_filter(net.read_text()))
 
+    if equivalence is None and not opts.prove:
+        equivalence = NOT_CHECKED
+        if netlist_filter is None and not reuse:
+            _store_netlist(work, shared)  # a later run with the proof reuses the netlist
     if equivalence is None:
         for f in work.glob("equiv*"):
             f.unlink()  # an earlier check's logs
@@ -440,7 +456,7 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
                 {"equivalence": equivalence.replace(str(work), "<run folder>"), "times": times,
                  "key": ekey}))
             _store_netlist(work, shared)
-    if not equivalence.startswith("proven"):
+    if not (equivalence.startswith("proven") or equivalence == NOT_CHECKED):
         times["total"] = sum(times.values())
         return SynthResult(**base, area_um2=None, cell_count=None, slack_ns=None,
                            meets_timing=None, power_mw=None,

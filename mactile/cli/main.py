@@ -31,6 +31,7 @@ COMMANDS = [
     "mactile.cli.sim",
     "mactile.cli.synth_cmd",
     "mactile.cli.report_cmd",
+    "mactile.cli.sweep_cmd",
 ]
 
 #: Exit statuses.

@@ -1,0 +1,184 @@
+"""Where a sweep's jobs run: a local process pool (default) or a Dask cluster.
+
+Both executors take a function and plain-data items and yield ``(item, outcome)`` as jobs
+finish, ``outcome`` being the function's return value or the exception that escaped it.
+They differ only in where the function runs:
+
+:class:`LocalPool`
+    ``concurrent.futures.ProcessPoolExecutor`` on this machine (a laptop, CI).
+:class:`DaskExecutor`
+    ``dask.distributed`` at a scheduler address (``tcp://HOST:8786``): workers on other
+    machines, started by hand (``dask worker tcp://HOST:8786``), by dask-jobqueue on Slurm
+    or by the Dask Kubernetes operator. Results come back through the scheduler; nothing
+    is assumed about a shared file system. Each worker needs mactile with its ``synth``
+    extra, Yosys/OpenSTA and the liberty files the spec names.
+
+Stopping (Ctrl-C, SIGTERM, an error in the consumer) cancels every queued job; the local
+pool also stops its running jobs (their run folders removed, their tools killed). A Dask
+worker cannot be interrupted mid-task: it finishes its current job and discards it.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable, Iterable, Iterator
+
+__all__ = ["LocalPool", "DaskExecutor", "make_executor", "ExecutorLost", "default_workers"]
+
+
+class ExecutorLost(RuntimeError):
+    """The executor itself failed (a worker process died, the scheduler went away): not
+    a job's failure, so nothing is recorded for the jobs still in flight."""
+
+
+def default_workers() -> int:
+    """The CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class LocalPool:
+    """Worker processes on this machine.
+
+    Parameters
+    ----------
+    workers : int
+        Processes (default: the usable CPUs).
+    """
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or default_workers()
+
+    @property
+    def slots(self) -> int:
+        return self.workers
+
+    def describe(self) -> str:
+        return f"local pool of {self.workers} process{'es' if self.workers != 1 else ''}"
+
+    def run(self, fn: Callable, items: Iterable[dict]) -> Iterator[tuple[dict, object]]:
+        from mactile.synth.report import _as_job, _stop_workers
+
+        items = list(items)
+        if not items:
+            return
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
+                                   initializer=_pool_worker_init)
+        futures = {}
+        try:
+            futures = {pool.submit(_as_job, fn, it): it for it in items}
+            for fut in as_completed(futures):
+                try:
+                    out = fut.result()
+                except BrokenProcessPool as e:
+                    raise ExecutorLost(f"a worker process died ({e or 'killed'}); the jobs "
+                                       f"finished so far are recorded: run again to resume"
+                                       ) from None
+                except Exception as e:  # noqa: BLE001 - reported to the caller as a result
+                    out = e
+                yield futures[fut], out
+        finally:
+            for f in futures:
+                f.cancel()
+            _stop_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool_worker_init() -> None:
+    """In each pool worker: SIGTERM stops the job as Ctrl-C does (see
+    :func:`mactile.synth.report._worker_init`), and Ctrl-C itself is left to the parent,
+    which sends SIGTERM: a worker interrupted twice (Ctrl-C reaches the whole process
+    group) could be stopped again while it removes its run folder."""
+    import signal
+
+    from mactile.synth.report import _worker_init
+
+    _worker_init()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class DaskExecutor:
+    """Jobs on a ``dask.distributed`` cluster.
+
+    Parameters
+    ----------
+    address : str or distributed.Client
+        Scheduler address (``tcp://HOST:8786``) or a connected client (the tests pass a
+        ``LocalCluster``'s).
+    timeout_s : float
+        How long to wait for the scheduler.
+    """
+
+    def __init__(self, address, *, timeout_s: float = 30.0):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ValueError("--cluster needs dask.distributed: pip install 'mactile[sweep]'"
+                             ) from None
+        if isinstance(address, Client):
+            self.client, self._own = address, False
+        else:
+            try:
+                self.client = Client(address, timeout=timeout_s)
+            except (OSError, TimeoutError) as e:
+                raise ExecutorLost(f"cannot reach the Dask scheduler at {address}: {e}"
+                                   ) from None
+            self._own = True
+        self.address = self.client.scheduler.address
+
+    @property
+    def slots(self) -> int:
+        return max(1, sum(self.client.nthreads().values()))
+
+    def describe(self) -> str:
+        n = self.client.nthreads()
+        return (f"Dask cluster at {self.address} ({len(n)} worker{'s' if len(n) != 1 else ''}, "
+                f"{sum(n.values())} thread{'s' if sum(n.values()) != 1 else ''})")
+
+    def run(self, fn: Callable, items: Iterable[dict]) -> Iterator[tuple[dict, object]]:
+        from distributed import as_completed as dask_completed
+        from distributed.client import FutureCancelledError
+
+        items = list(items)
+        if not items:
+            return
+        futures = {}
+        try:
+            for it in items:
+                # pure=False: a job is run even if an identical key ran before (its result
+                # may have changed with the code); the id keeps the dashboard readable.
+                fut = self.client.submit(fn, it, pure=False,
+                                         key=f"mactile-sweep-{it['job_id']}-{os.urandom(4).hex()}")
+                futures[fut] = it
+            # with_results: the client gathers results in its event loop as tasks finish
+            # (one blocking round trip per job cost 2x more here); an exception of a job
+            # (KilledWorker, ...) comes back as the result, a lost task as CancelledError.
+            for fut, out in dask_completed(futures, with_results=True, raise_errors=False):
+                if fut.status == "error" and isinstance(out, tuple):
+                    out = out[1]  # (type, exception, traceback)
+                if isinstance(out, (FutureCancelledError, asyncio.CancelledError, OSError)):
+                    raise ExecutorLost(f"the Dask cluster lost the job ({type(out).__name__}: "
+                                       f"{out}); run again to resume")
+                yield futures[fut], out
+        finally:
+            if futures:
+                try:
+                    self.client.cancel(list(futures))
+                except Exception:  # noqa: BLE001 - the cluster may be gone already
+                    pass
+
+    def close(self) -> None:
+        if self._own:
+            self.client.close()
+
+
+def make_executor(cluster=None, workers: int | None = None):
+    """A :class:`DaskExecutor` for ``cluster`` (an address or client), else a
+    :class:`LocalPool` of ``workers`` processes."""
+    if cluster:
+        return DaskExecutor(cluster)
+    return LocalPool(workers)
