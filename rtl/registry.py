@@ -154,7 +154,7 @@ DESIGNS["dialect-mse-selector-parallel"] = Design(
 
 DESIGNS["dialect-chain"] = Design(
     "dialect-chain",
-    "Verification composite: dialect-quantizer -> dialect-dequantizer -> mac-dialectfp4, "
+    "Verification composite: dialect-quantizer -> dialect-dequantizer -> mac-dialectfp4-decode, "
     "one block dot product per block_size cycles",
     builder="mactile.rtl.dialect.chain:DialectChain",
     params={"block_size": 32, "registers": "exp_max,align,pair,count,quantize"},

@@ -7,7 +7,7 @@
 * :class:`~.mse.DialectMseSelector` (``dialect-mse-selector``): the same interface with
   the dialect chosen by fixed-point MSE (Table 7's comparison point, 8 cycles).
 * :class:`~.chain.DialectChain` (``dialect-chain``): quantizer -> dequantizer ->
-  ``mac-dialectfp4``, a verification composite.
+  ``mac-dialectfp4-decode``, a verification composite.
 * :mod:`.logic`: range checks as derived sum-of-products logic (Figure 5c), pure Python.
 
 Docs: docs/rtl-dialect.md. Only :mod:`.logic` imports without Amaranth.

@@ -6,7 +6,7 @@ A block of FP16 activations enters with a pre-quantized DialectFP4 weight block 
 dialect id, shared-exponent field). :class:`~.quantizer.DialectQuantizer` quantizes the
 activations, :class:`~.dequantizer.DialectDequantizer` turns their codes into 5-bit
 sign-magnitude integers (Figure 6), a block buffer feeds them one per cycle, with the weight
-codes, into the ``mac-dialectfp4`` unit (:class:`mactile.rtl.mac.unit.MacUnit`, Table 5
+codes, into the ``mac-dialectfp4-decode`` unit (:class:`mactile.rtl.mac.unit.MacUnit`, Table 5
 "Ours"), whose activation operand is the dequantizer's output instead of its own formatbook
 lookup. After the block's last term the MAC holds the block's partial dot product
 ``acc * 2**exp`` (its ``acc-exp`` convention, :mod:`mactile.golden.mac`).

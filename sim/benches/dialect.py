@@ -18,7 +18,7 @@ and every ``codes__j`` are compared with the golden model exactly.
 ``DequantizerBench`` (``dialect-dequantizer``), suites ``exhaustive`` (default: every code
 in every position under every dialect, valid and bubble cycles) and ``random``.
 
-``ChainBench`` (``dialect-chain``): quantizer -> dequantizer -> ``mac-dialectfp4`` against
+``ChainBench`` (``dialect-chain``): quantizer -> dequantizer -> ``mac-dialectfp4-decode`` against
 the golden quantizer and the golden MAC datapath, every cycle modelled.
 """
 from __future__ import annotations
