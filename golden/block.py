@@ -278,6 +278,9 @@ class BlockFormat(abc.ABC):
     name: ClassVar[str] = ""
     #: Paper and section the default conventions come from.
     reference: ClassVar[str] = ""
+    #: Where the block's scale word keeps scale, metadata and special codes
+    #: (:class:`~.storage.BlockStorage`; None for formats outside the FP4 family).
+    storage: ClassVar[Any] = None
     #: Block sizes the format allows.
     allowed_block_sizes: ClassVar[tuple[int, ...] | None] = None
 

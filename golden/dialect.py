@@ -28,6 +28,7 @@ import numpy as np
 
 from . import validate
 from .block import BlockFormat, row_max, row_sum
+from .elements import FP16
 
 __all__ = [
     "FORMATBOOK", "DialectFP4", "DialectSelect", "CountTie",
@@ -116,10 +117,10 @@ def beneficial_ranges() -> np.ndarray:
 def fp16_fields(x16: np.ndarray):
     """(sign, exponent field, 11-bit significand, effective exponent) of FP16 values."""
     bits = np.asarray(x16, dtype=np.float16).view(np.uint16).astype(np.int64)
-    sign = bits >> 15
-    ef = (bits >> 10) & 0x1F
-    man = bits & 0x3FF
-    sig = np.where(ef > 0, man | 0x400, man)
+    sign = bits >> (FP16.bits - 1)
+    ef = (bits & FP16.exp_mask) >> FP16.man_bits
+    man = bits & FP16.man_mask
+    sig = np.where(ef > 0, man | (1 << FP16.man_bits), man)
     return sign, ef, sig, np.maximum(ef, 1)
 
 
@@ -267,9 +268,9 @@ class DialectFP4(BlockFormat):
         with np.errstate(over="ignore"):
             x16 = np.asarray(xb).astype(np.float16)
         h = x16.view(np.uint16)
-        ebits = h & np.uint16(0x7C00)
-        emax = row_max(ebits)  # below 0x7C00: input_range refused what rounds to Inf
-        se_field = (emax >> np.uint16(10)).astype(np.uint8)
+        ebits = h & np.uint16(FP16.exp_mask)
+        emax = row_max(ebits)  # below all ones: input_range refused what rounds to Inf
+        se_field = (emax >> np.uint16(FP16.man_bits)).astype(np.uint8)
         # |x| / 2**SE with SE = max(E, 1) - 17: exact in FP32 (a power-of-two factor).
         unscale = np.exp2(SE_BIAS - np.maximum(se_field, 1).astype(np.int64)).astype(np.float32)
         mag = np.abs(x16.astype(np.float32))

@@ -5,7 +5,8 @@ value, the full code table) derives from these objects. Encoding and decoding ar
 vectorised with NumPy and bit-exact:
 
 * :class:`FloatFormat` covers every mini-float of the papers (FP4 E2M1, FP6 E2M3/E3M2,
-  FP8 E4M3, E3M3, E8M0) and FP16, with the NaN/Inf policy named by :class:`Specials`.
+  FP8 E4M3, E3M3, E8M0), FP16 and FP32 (its field widths; no code table), with the
+  NaN/Inf policy named by :class:`Specials`.
 * :class:`IntFormat` covers two's-complement and unsigned integers.
 
 Codes are unsigned bit patterns (``uint8`` up to 8 bits, ``uint16`` up to 16 bits), exactly
@@ -22,7 +23,7 @@ import numpy as np
 from . import validate
 
 __all__ = [
-    "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "E3M3", "E8M0", "FP16",
+    "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "E3M3", "E8M0", "FP16", "FP32",
     "INT4", "INT5", "INT6", "INT8", "UINT4", "UINT8", "ELEMENT_FORMATS", "int_format",
     "Rounding",
     "Specials",
@@ -143,8 +144,8 @@ class FloatFormat:
         set_("signed", validate.boolean(self.name, "signed", self.signed))
         set_("subnormals", validate.boolean(self.name, "subnormals", self.subnormals))
         set_("specials", validate.choice(self.name, "specials", self.specials, Specials))
-        if self.bits > 16:
-            raise ValueError(f"{self.name}: formats wider than 16 bits are not supported")
+        if self.bits > 32:
+            raise ValueError(f"{self.name}: formats wider than 32 bits are not supported")
         if self.specials is Specials.IEEE and self.man_bits == 0:
             raise ValueError(f"{self.name}: IEEE specials need at least one mantissa bit")
 
@@ -166,6 +167,16 @@ class FloatFormat:
     @property
     def sign_mask(self) -> int:
         return (1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def man_mask(self) -> int:
+        """Mask of the mantissa field."""
+        return (1 << self.man_bits) - 1
+
+    @property
+    def exp_mask(self) -> int:
+        """Mask of the exponent field, in place (FP16: 0x7C00)."""
+        return ((1 << self.exp_bits) - 1) << self.man_bits
 
     @property
     def emin(self) -> int:
@@ -193,12 +204,20 @@ class FloatFormat:
     @property
     def max_value(self) -> float:
         """Largest finite value."""
-        return float(self.values[self.max_code])
+        return self._value(self.max_code)
 
     @property
     def min_value(self) -> float:
         """Smallest positive value (the smallest subnormal where there are subnormals)."""
-        return float(self.values[1] if self.subnormals else self.values[0])
+        return self._value(1 if self.subnormals else 0)
+
+    def _value(self, code: int) -> float:
+        """Value of one finite code from its fields (no table: works for FP32 too)."""
+        e = (code >> self.man_bits) & ((1 << self.exp_bits) - 1)
+        m = code & ((1 << self.man_bits) - 1)
+        if e == 0 and self.subnormals:
+            return float(np.ldexp(m / float(1 << self.man_bits), 1 - self.bias))
+        return float(np.ldexp(1.0 + m / float(1 << self.man_bits), e - self.bias))
 
     @property
     def min_normal(self) -> float:
@@ -213,8 +232,11 @@ class FloatFormat:
     def values(self) -> np.ndarray:
         """Value of every code, indexed by code (float64; NaN and +-Inf where defined).
 
-        The table is read-only and is the single source of truth for decoding.
+        The table is read-only and is the single source of truth for decoding. Formats
+        wider than 16 bits (FP32, kept in the catalog for its field widths) have none.
         """
+        if self.bits > 16:
+            raise ValueError(f"{self.name}: no code table for a {self.bits}-bit format")
         codes = np.arange(self.code_count, dtype=np.int64)
         mag = codes & ((1 << (self.exp_bits + self.man_bits)) - 1)
         e = mag >> self.man_bits
@@ -386,7 +408,7 @@ class FloatFormat:
         grid point and on each open interval between grid points. Built with the general
         encoder (so it inherits its exactness); ``None`` if some midpoint is off the grid.
         """
-        shift = 23 - (self.man_bits + 1)
+        shift = FP32.man_bits - (self.man_bits + 1)
         mids32 = self._rne_mids32
         if shift < 1 or mids32 is None or (mids32.view(np.uint32) & ((1 << shift) - 1)).any():
             return None
@@ -589,6 +611,10 @@ FP16 = FloatFormat(
     name="fp16", exp_bits=5, man_bits=10, bias=15, specials=Specials.IEEE,
     description="IEEE 754 binary16",
 )
+FP32 = FloatFormat(
+    name="fp32", exp_bits=8, man_bits=23, bias=127, specials=Specials.IEEE,
+    description="IEEE 754 binary32 (field widths only: no code table; accumulators, scales)",
+)
 INT4 = IntFormat(name="int4", bits=4, description="two's-complement 4-bit integer")
 INT5 = IntFormat(name="int5", bits=5, description="two's-complement 5-bit integer")
 INT6 = IntFormat(name="int6", bits=6, description="two's-complement 6-bit integer")
@@ -599,7 +625,7 @@ UINT8 = IntFormat(name="uint8", bits=8, signed=False, description="unsigned 8-bi
 #: Every element format by name.
 ELEMENT_FORMATS: dict[str, FloatFormat | IntFormat] = {
     f.name: f
-    for f in (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, E3M3, E8M0, FP16,
+    for f in (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, E3M3, E8M0, FP16, FP32,
               INT4, INT5, INT6, INT8, UINT4, UINT8)
 }
 

@@ -17,6 +17,8 @@ RaZeR (Sec. 4.1-4.2; the project's `razer` convention, see docs/formats.md): the
 """
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import numbers
 from dataclasses import dataclass
@@ -27,7 +29,9 @@ import numpy as np
 from .block import BlockFormat, InputError, row_max, row_sum, tensor_amax
 from .conventions import (DEFAULT_CONVENTION, Convention, Dequantization, ElementScaling,
                           ElementTies, MXScaleRule, NegativeZero, ScaleArgument, check_options)
-from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FloatFormat, Rounding
+from .elements import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat, Rounding
+from .storage import (SPECIAL_CODE, STORAGES, ZERO_CODE, BlockStorage, candidate_fields,
+                      special_by_fields)
 
 __all__ = [
     "NVFP4", "MXFP4", "RaZeR", "RaZeRAct",
@@ -38,10 +42,8 @@ __all__ = [
 _F32 = np.float32
 #: FP4 E2M1 value of every code (float64), the dequantizer's table.
 _FP4_VALUES = FP4_E2M1.values
-#: FP4 code that RaZeR remaps to the block's special value (+0; the code relies on 0).
-SPECIAL_CODE = 0b0000
-#: FP4 code that holds a real zero in RaZeR blocks (-0).
-ZERO_CODE = 0b1000
+# SPECIAL_CODE (+0, the block's special value) and ZERO_CODE (-0, a real zero) come from
+# the one storage spec (.storage); the quantizer below relies on SPECIAL_CODE == 0.
 #: Smallest magnitude that rounds to Inf in FP32 (RNE): FP32's largest plus half an ulp.
 _FP32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 #: MXFP4 refuses a block whose largest magnitude needs a scale exponent above E8M0's
@@ -401,12 +403,28 @@ class _TwoLevelFP4(BlockFormat):
                 flat_codes[chosen] = SPECIAL_CODE
         return codes, self._pack_scale(s_code, best), None
 
+    @property
+    def special_magnitudes(self) -> tuple[float, ...]:
+        """The special magnitudes the metadata select bit chooses among (empty: none)."""
+        return ()
+
+    def with_special_magnitudes(self, magnitudes):
+        """This format with other special magnitudes (as many as it has)."""
+        if tuple(magnitudes):
+            raise ValueError(f"{self.name} has no special values")
+        return self
+
     def _pack_scale(self, s_code, cand_index):
-        raise NotImplementedError
+        """Scale words from the scale codes and the chosen candidates (:attr:`storage`)."""
+        select, negative = candidate_fields(cand_index)
+        return self.storage.word.pack(s_code, select=select, negative=negative)
 
     def _unpack_scale(self, scales):
         """(scale code, signed special value per block or None)."""
-        return scales, None
+        if not self.storage.specials:
+            return scales, None
+        code, select, negative = self.storage.word.unpack(scales)
+        return code, special_by_fields(self.special_magnitudes, select, negative)
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):
         out = np.empty(codes.shape, dtype=np.float64)
@@ -456,6 +474,7 @@ class NVFP4(_TwoLevelFP4):
 
     name: ClassVar[str] = "nvfp4"
     reference: ClassVar[str] = "RaZeR (000) Sec. 3, Eq. 1-3; NVIDIA NVFP4"
+    storage: ClassVar[BlockStorage] = STORAGES["nvfp4"]
 
     def __post_init__(self):
         super().__post_init__()
@@ -463,8 +482,6 @@ class NVFP4(_TwoLevelFP4):
             raise ValueError(f"nvfp4: convention must be a Convention, got {self.convention!r}")
         check_options(self.name, self.convention)
 
-    def _pack_scale(self, s_code, cand_index):  # pragma: no cover - no candidates
-        return s_code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -480,6 +497,7 @@ class RaZeRAct(_TwoLevelFP4):
 
     name: ClassVar[str] = "razer-act"
     reference: ClassVar[str] = "RaZeR (000) Sec. 4.1-4.2"
+    storage: ClassVar[BlockStorage] = STORAGES["razer-act"]
 
     def __post_init__(self):
         super().__post_init__()
@@ -489,20 +507,22 @@ class RaZeRAct(_TwoLevelFP4):
     def _candidates(self):
         return (self.special_value, -self.special_value)
 
-    def _pack_scale(self, s_code, cand_index):
-        return (s_code | (cand_index.astype(np.uint8) << 7)).astype(np.uint8)
+    @property
+    def special_magnitudes(self):
+        return (self.special_value,)
 
-    def _unpack_scale(self, scales):
-        sign = (scales >> 7) & 1
-        return scales & 0x7F, np.where(sign == 1, -self.special_value, self.special_value)
+    def with_special_magnitudes(self, magnitudes):
+        (v,) = magnitudes
+        return dataclasses.replace(self, special_value=v)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RaZeR(_TwoLevelFP4):
     """RaZeR for weights: 16-element FP4 blocks, one byte per block for scale + metadata.
 
-    Scale byte: bits 5..0 the E3M3 block scale, bit 6 which special magnitude
-    (0: ``special_values[0]``, 1: ``special_values[1]``), bit 7 its sign (1: negative).
+    Scale byte (:data:`~.storage.STORAGES` ``["razer"]``): bits 5..0 the E3M3 block scale,
+    bit 6 which special magnitude (0: ``special_values[0]``, 1: ``special_values[1]``),
+    bit 7 its sign (1: negative).
     Tensor scale ``D32 = amax / (30 * 6)``. Candidates per block, in tie-break order:
     ``+a, -a, +b, -b``; for each the block scale maps the block max to ``max(6, |v|)``,
     elements round to the nearest of FP4 and ``v`` (ties to FP4), and the lowest squared
@@ -513,7 +533,8 @@ class RaZeR(_TwoLevelFP4):
 
     name: ClassVar[str] = "razer"
     reference: ClassVar[str] = "RaZeR (000) Sec. 4.1-4.2, 4.4, App. B.2"
-    scale_format: ClassVar[FloatFormat] = E3M3
+    storage: ClassVar[BlockStorage] = STORAGES["razer"]
+    scale_format: ClassVar[FloatFormat] = STORAGES["razer"].word.scale_format
 
     def __post_init__(self):
         super().__post_init__()
@@ -523,16 +544,12 @@ class RaZeR(_TwoLevelFP4):
         a, b = self.special_values
         return (a, -a, b, -b)
 
-    def _pack_scale(self, s_code, cand_index):
-        sel = cand_index.astype(np.uint8) >> 1
-        sign = cand_index.astype(np.uint8) & 1
-        return (s_code | (sel << 6) | (sign << 7)).astype(np.uint8)
+    @property
+    def special_magnitudes(self):
+        return self.special_values
 
-    def _unpack_scale(self, scales):
-        sel = (scales >> 6) & 1
-        sign = (scales >> 7) & 1
-        mag = np.where(sel == 1, self.special_values[1], self.special_values[0])
-        return scales & 0x3F, np.where(sign == 1, -mag, mag)
+    def with_special_magnitudes(self, magnitudes):
+        return dataclasses.replace(self, special_values=tuple(magnitudes))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -553,6 +570,7 @@ class MXFP4(BlockFormat):
 
     name: ClassVar[str] = "mxfp4"
     reference: ClassVar[str] = "OCP Microscaling Formats (MX) v1.0, Sec. 5-6"
+    storage: ClassVar[BlockStorage] = STORAGES["mxfp4"]
 
     def input_range(self):
         rule = self.convention.mx_scale_rule
@@ -584,19 +602,19 @@ class MXFP4(BlockFormat):
             descale = (a32 / _F32(FP4_E2M1.max_value)).astype(np.float64)
             m, p = np.frexp(descale)
             e = p.astype(np.int64) - 1 + (m != 0.5)
-            return np.where(descale > 0, e, -127)
+            return np.where(descale > 0, e, -E8M0.bias)
         m, p = np.frexp(amax)  # amax = m * 2**p, m in [0.5, 1)
         e = p.astype(np.int64) - 1  # floor(log2 amax)
         if rule is MXScaleRule.CEIL:
             e += m != 0.5
         elif rule is MXScaleRule.EVEN:  # amax rounded to FP4's mantissa width, ties away
             e += m >= 1.0 - 2.0 ** -(FP4_E2M1.man_bits + 2)
-        return np.where(amax > 0, e - emax, -127)
+        return np.where(amax > 0, e - emax, -E8M0.bias)
 
     def _quantize_blocks(self, xb, ctx):
         x = np.asarray(xb)
         amax = row_max(np.abs(x))
-        e = np.clip(self._scale_exponents(amax), -127, 127)
+        e = np.clip(self._scale_exponents(amax), -E8M0.bias, E8M0.bias)
         if x.dtype.itemsize <= 4:
             # x * 2**-e in FP32 is exact but where it falls below FP32's normal range, and
             # such values (< 2**-126) round to a signed FP4 zero either way.
@@ -604,7 +622,7 @@ class MXFP4(BlockFormat):
         else:
             scaled = np.ldexp(x.astype(np.float64, copy=False), -e[:, None])
         codes = _encode_fp4(scaled, x, self.convention)
-        return codes, (e + E8M0.bias).astype(np.uint8), None
+        return codes, self.storage.word.pack(e + E8M0.bias), None
 
     def _dequantize_blocks(self, codes, scales, meta, ctx):
         out = np.empty(codes.shape, dtype=np.float64)
@@ -613,7 +631,8 @@ class MXFP4(BlockFormat):
 
     def _dequantize_into(self, codes, scales, meta, ctx, out):
         np.take(_FP4_VALUES, codes, out=out, mode="clip")  # "raise" would buffer
-        out *= np.exp2(scales.astype(np.int64) - E8M0.bias)[:, None]  # exact powers of two
+        # exact powers of two; the NaN scale code (0xFF) makes the whole block NaN (OCP MX)
+        out *= self.storage.word.scale_values(scales)[:, None]
 
     @property
     def bits_per_element(self) -> float:

@@ -35,6 +35,8 @@ Arithmetic is the FP32 op order of :mod:`.fp4blocks` (RNE, one operation at a ti
 """
 from __future__ import annotations
 
+import dataclasses
+
 import enum
 from dataclasses import dataclass
 from typing import ClassVar
@@ -42,24 +44,26 @@ from typing import ClassVar
 import numpy as np
 
 from .block import InputError, tensor_amax
-from .elements import FP16, FloatFormat
+from .elements import FloatFormat
 from . import validate
 from .fp4blocks import _TwoLevelFP4, special_pair
+from .storage import STORAGES, BlockStorage
 
 __all__ = ["RaZeRG128", "G128TensorScale", "G128_SCALE_MAX", "G128_SCALE_MAX_CODE",
            "G128_SIGN_BIT", "G128_SELECT_BIT", "G128_SCALE_MASK"]
 
 _F32 = np.float32
-#: Bit of the FP16 scale word holding the special value's sign.
-G128_SIGN_BIT = 15
+_WORD = STORAGES["razer-g128"].word
+#: Bit of the FP16 scale word holding the special value's sign (from the storage spec).
+G128_SIGN_BIT = _WORD.sign_bit
 #: Bit of the FP16 scale word choosing the special magnitude (the exponent MSB).
-G128_SELECT_BIT = 14
+G128_SELECT_BIT = _WORD.select_bit
 #: Mask of the bits that hold the block scale itself.
-G128_SCALE_MASK = (1 << G128_SELECT_BIT) - 1
+G128_SCALE_MASK = _WORD.scale_mask
 #: Largest FP16 code with bits 15 and 14 clear (0x3FFF), and its value 1.9990234375: with
 #: the exponent MSB clear the exponent field is at most 15, i.e. the value is below 2.
 G128_SCALE_MAX_CODE = G128_SCALE_MASK
-G128_SCALE_MAX = float(FP16.values[G128_SCALE_MAX_CODE])
+G128_SCALE_MAX = float(_WORD.scale_format.values[G128_SCALE_MAX_CODE])
 
 
 class G128TensorScale(enum.Enum):
@@ -81,7 +85,7 @@ class RaZeRG128(_TwoLevelFP4):
     >>> q = RaZeRG128().quantize(np.linspace(-1, 1, 256, dtype=np.float32))
     >>> q.codes.shape, q.scales.dtype, q.format.bits_per_element
     ((2, 128), dtype('uint16'), 4.125)
-    >>> float(q.format.scale_format.values[(q.scales & 0x3FFF).max()])
+    >>> float(q.format.scale_format.values[q.format.storage.unpack_scale(q.scales)[0].max()])
     1.9990234375
     """
 
@@ -91,8 +95,9 @@ class RaZeRG128(_TwoLevelFP4):
 
     name: ClassVar[str] = "razer-g128"
     reference: ClassVar[str] = "RaZeR (000) Sec. 4.3 (GPU kernels: block 128, FP16 scale + 2 meta bits)"
-    scale_format: ClassVar[FloatFormat] = FP16
-    scale_dtype: ClassVar[np.dtype] = np.dtype(np.uint16)
+    storage: ClassVar[BlockStorage] = STORAGES["razer-g128"]
+    scale_format: ClassVar[FloatFormat] = STORAGES["razer-g128"].word.scale_format
+    scale_dtype: ClassVar[np.dtype] = STORAGES["razer-g128"].word.dtype
     allowed_block_sizes: ClassVar[tuple[int, ...]] = (128,)
 
     def __post_init__(self):
@@ -125,20 +130,17 @@ class RaZeRG128(_TwoLevelFP4):
         e = int(e) - 1 if m == 0.5 else int(e)  # ceil(log2(ratio)), exact powers kept
         return {"tensor_scale": _F32(np.ldexp(1.0, e))}
 
-    def _pack_scale(self, s_code, cand_index):
-        s_code = np.asarray(s_code, dtype=np.uint16)
-        if (s_code > G128_SCALE_MAX_CODE).any():  # cannot happen with the conventions above
-            raise AssertionError("razer-g128: a block scale reached 2.0")
-        sel = (cand_index.astype(np.uint16) >> 1) << G128_SELECT_BIT
-        sign = (cand_index.astype(np.uint16) & 1) << G128_SIGN_BIT
-        return (s_code | sel | sign).astype(np.uint16)
+    @property
+    def special_magnitudes(self):
+        return self.special_values
 
-    def _unpack_scale(self, scales):
-        scales = np.asarray(scales, dtype=np.uint16)
-        sel = (scales >> G128_SELECT_BIT) & 1
-        sign = (scales >> G128_SIGN_BIT) & 1
-        mag = np.where(sel == 1, self.special_values[1], self.special_values[0])
-        return scales & G128_SCALE_MASK, np.where(sign == 1, -mag, mag)
+    def with_special_magnitudes(self, magnitudes):
+        return dataclasses.replace(self, special_values=tuple(magnitudes))
+
+    def _pack_scale(self, s_code, cand_index):
+        if (np.asarray(s_code) > G128_SCALE_MAX_CODE).any():  # cannot happen (conventions above)
+            raise AssertionError("razer-g128: a block scale reached 2.0")
+        return super()._pack_scale(s_code, cand_index)
 
     @property
     def bits_per_element(self) -> float:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import validate
+from .elements import FP32
 
 __all__ = ["ReductionLayout", "StepAwareTemperature", "StepResult", "exp_f32", "log_f32",
            "uniform", "scan_prefixes", "EXP_COEFFS", "LOG_COEFFS"]
@@ -67,7 +68,7 @@ def exp_f32(x) -> np.ndarray:
     p = np.full(f.shape, EXP_COEFFS[0], dtype=_F)
     for c in EXP_COEFFS[1:]:
         p = ((p * f).astype(_F) + c).astype(_F)
-    two_n = ((n.astype(np.int32) + 127) << 23).astype(np.uint32).view(_F)
+    two_n = ((n.astype(np.int32) + FP32.bias) << FP32.man_bits).astype(np.uint32).view(_F)
     return np.where(under, _F(0.0), (p * two_n).astype(_F)).astype(_F)
 
 
@@ -75,8 +76,8 @@ def log_f32(s) -> np.ndarray:
     """ln(s) for s >= 1 (normal FP32) with the defined op sequence."""
     s = np.asarray(s, dtype=_F)
     bits = s.view(np.uint32)
-    k = ((bits >> 23) & 0xFF).astype(np.int32) - 127
-    m = ((bits & 0x7FFFFF) | 0x3F800000).astype(np.uint32).view(_F)
+    k = ((bits & FP32.exp_mask) >> FP32.man_bits).astype(np.int32) - FP32.bias
+    m = ((bits & FP32.man_mask) | (FP32.bias << FP32.man_bits)).astype(np.uint32).view(_F)
     q = ((m - _F(1.0)).astype(_F) / (m + _F(1.0)).astype(_F)).astype(_F)
     q2 = (q * q).astype(_F)
     p = np.full(q.shape, LOG_COEFFS[0], dtype=_F)

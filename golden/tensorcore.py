@@ -1,10 +1,11 @@
-"""Bit-exact golden model of the NVFP4 and RaZeR tensor-core datapath (RaZeR Sec. 4.4, Fig. 4).
+"""Bit-exact golden model of the NVFP4, MXFP4 and RaZeR tensor-core datapath (RaZeR Sec. 4.4, Fig. 4).
 
 The RTL in :mod:`mactile.rtl.fp4tc` implements exactly this model; tests compare every
 accumulator bit for bit.
 
 One **block step** (one array cycle when ``cols == block_size``) takes one activation
-block (``block_size`` FP4 codes and one scale byte) and ``rows`` weight blocks (one per
+block (``block_size`` FP4 codes and one scale byte, laid out as the format's
+:class:`~mactile.golden.storage.BlockStorage` says) and ``rows`` weight blocks (one per
 output row, each with its scale byte) and, for every row ``r``::
 
     a_j   = dec_a(code_a[j], byte_a)          exact, fixed point with 1 fraction bit
@@ -21,9 +22,18 @@ output row, each with its scale byte) and, for every row ``r``::
     to nearest, ties to even. Gradual underflow (subnormal results, no flush to zero),
     overflow to +-Inf, NaN canonical (``0x7FC00000``) and sticky until the accumulator is
     cleared; an exactly-zero sum of operands of opposite sign is +0, ``P_r == 0`` counts
-    as +0. A spec is only valid when every ``P_r`` is exactly representable in FP32
-    (checked: the NVFP4/RaZeR products need at most 21 significant bits and exponents in
-    [-20, 26]), so this is plain IEEE addition of two FP32 numbers.
+    as +0. For NVFP4/RaZeR every ``P_r`` is exactly representable in FP32 (the products
+    need at most 21 significant bits and exponents in [-20, 26]), so this is plain IEEE
+    addition of two FP32 numbers.
+
+    **Product rounding** (named choice, for E8M0 scales): MXFP4 products have at most 13
+    significant bits (checked: at most 24 for any spec) but exponents in [-256, 266],
+    beyond FP32's range. Such a spec (:attr:`TensorCoreSpec.rounds_products`) first rounds
+    ``P_r`` to binary32 (RNE, gradual underflow with a signed zero, overflow to +-Inf) and
+    then adds: ``acc_r = RNE32(acc_r + RNE32(P_r))``, the FP32 dot-product-then-accumulate
+    of MX hardware (OCP MX v1.0 Sec. 6 leaves the internal precision to the
+    implementation). Where ``P_r`` is in range the inner rounding is exact, so the
+    result equals the single-rounding definition.
 ``fixed``
     A two's-complement fixed-point accumulator (``1 + int_bits + frac_bits`` bits) to
     which ``P_r`` is added exactly; it wraps modulo ``2**width`` (``int_bits`` leaves
@@ -31,7 +41,7 @@ output row, each with its scale byte) and, for every row ``r``::
     steps cannot overflow). ``frac_bits`` must hold every product exactly (checked).
 
 ``clear`` with a block starts that row's accumulation afresh: ``acc = ACC(0 + P)``.
-A NaN block-scale code (E4M3 ``S.1111.111``) makes ``P_r`` NaN: the FP32 accumulator
+A NaN block-scale code (E4M3 ``S.1111.111``, E8M0 ``0xFF``) makes ``P_r`` NaN: the FP32 accumulator
 becomes NaN; the fixed accumulator adds 0 and sets the row's sticky ``nan`` flag.
 
 **Outside the core** (named choice): the two per-tensor FP32 scales ``D32`` of NVFP4/RaZeR.
@@ -54,11 +64,13 @@ import numpy as np
 from . import validate
 from .block import BlockFormat, Quantized
 from .conventions import require_default_convention
-from .elements import E3M3, FP4_E2M1, FP8_E4M3, FloatFormat
-from .fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, razer_offset_value
+from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
+from .fp4blocks import razer_offset_code, razer_offset_value
+from .storage import SPECIAL_CODE, STORAGES, BlockStorage, ScaleWord
 
 __all__ = [
     "OperandSpec", "NVFP4_OPERAND", "NVFP4_E3M3_OPERAND", "RAZER_WEIGHT", "RAZER_ACT",
+    "MXFP4_OPERAND", "golden_format", "default_specials",
     "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
     "TensorCoreSpec", "tensor_core_spec", "BlockProducts", "offsets_for", "operand_for",
     "ELEM_FRAC", "OFFSET_BITS", "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
@@ -67,10 +79,11 @@ __all__ = [
 
 #: Canonical FP32 quiet NaN the accumulator holds after a NaN product.
 FP32_QNAN = 0x7FC00000
-_F32_MAN = 23
-_F32_BIAS = 127
+_F32_MAN = FP32.man_bits
+_F32_BIAS = FP32.bias
 _F32_EMIN_LSB = 1 - _F32_BIAS - _F32_MAN  # -149: exponent of the smallest subnormal
-_F32_INF = 0xFF << _F32_MAN
+_F32_EXP_TOP = (1 << FP32.exp_bits) - 1  # all-ones exponent field: Inf/NaN
+_F32_INF = _F32_EXP_TOP << _F32_MAN
 
 #: Fraction bits of a decoded element: FP4's finest step is 2**(emin - man_bits) = 0.5.
 ELEM_FRAC = FP4_E2M1.man_bits - FP4_E2M1.emin
@@ -108,7 +121,7 @@ def fp32_round(sign: int, mag: int, exp: int) -> int:
     if r < (1 << _F32_MAN):  # subnormal or zero: q is the minimum exponent
         return s | r
     e_field = q - _F32_EMIN_LSB + 1
-    if e_field >= 0xFF:
+    if e_field >= _F32_EXP_TOP:
         return s | _F32_INF
     return s | (e_field << _F32_MAN) | (r - (1 << _F32_MAN))
 
@@ -119,24 +132,25 @@ def interesting_fp32(rng, n: int) -> np.ndarray:
     the FP32 accumulator's golden tests and of its RTL bench."""
     kind = rng.integers(0, 6, n)
     sign = rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(31)
-    man = rng.integers(0, 1 << 23, n, dtype=np.uint64)
+    man = rng.integers(0, 1 << _F32_MAN, n, dtype=np.uint64)
     exp = np.select(
         [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
         [np.zeros(n, np.uint64), rng.integers(1, 4, n).astype(np.uint64),
-         rng.integers(250, 256, n).astype(np.uint64), np.full(n, 127, np.uint64),
+         rng.integers(_F32_EXP_TOP - 5, _F32_EXP_TOP + 1, n).astype(np.uint64),
+         np.full(n, _F32_BIAS, np.uint64),
          rng.integers(100, 140, n).astype(np.uint64)],
         rng.integers(0, 256, n).astype(np.uint64))
     man = np.where(rng.random(n) < 0.1, np.uint64(0), man)
-    return (sign | (exp << np.uint64(23)) | man).astype(np.uint32)
+    return (sign | (exp << np.uint64(_F32_MAN)) | man).astype(np.uint32)
 
 
 def fp32_parts(bits: int) -> tuple[str, int, int, int]:
     """Split FP32 bits into (class, sign, mag, exp) with value ``(-1)**sign*mag*2**exp``;
     class is ``"num"``, ``"inf"`` or ``"nan"``."""
     sign = (bits >> 31) & 1
-    e = (bits >> _F32_MAN) & 0xFF
+    e = (bits >> _F32_MAN) & _F32_EXP_TOP
     f = bits & ((1 << _F32_MAN) - 1)
-    if e == 0xFF:
+    if e == _F32_EXP_TOP:
         return ("nan" if f else "inf"), sign, 0, 0
     if e == 0:
         return "num", sign, f, _F32_EMIN_LSB
@@ -247,7 +261,7 @@ class OperandSpec:
                              f"{f.name}, got {self.scale_field_bits}")
         if self.specials not in (0, 1, 2):
             raise ValueError(f"{self.name}: specials must be 0, 1 or 2, got {self.specials}")
-        used = self.scale_field_bits + self.select_bits + (1 if self.specials else 0)
+        used = self.scale_field_bits + (self.specials == 2) + (1 if self.specials else 0)
         if used > self.BYTE_BITS:
             raise ValueError(f"{self.name}: scale field and metadata need {used} bits, "
                              f"more than the {self.BYTE_BITS}-bit scale byte")
@@ -255,26 +269,43 @@ class OperandSpec:
             raise ValueError(f"{self.name}: special_code must be an FP4 code, got "
                              f"{self.special_code}")
 
-    # geometry ----------------------------------------------------------------
+    # geometry: every bit position comes from the storage spec's ScaleWord ----------
+    @property
+    def word(self) -> ScaleWord:
+        """The scale byte's layout (:class:`~mactile.golden.storage.ScaleWord`)."""
+        return ScaleWord(bits=self.BYTE_BITS, scale_format=self.scale_format,
+                         scale_bits=self.scale_field_bits, specials=self.specials)
+
+    @classmethod
+    def from_storage(cls, storage: BlockStorage) -> "OperandSpec":
+        """The operand that consumes a block format's codes and scale words as stored."""
+        w = storage.word
+        if w.bits != cls.BYTE_BITS:
+            raise ValueError(f"{storage.name}: the tensor core takes {cls.BYTE_BITS}-bit scale "
+                             f"words, the format stores {w.bits}-bit ones")
+        return cls(name=storage.name, scale_format=w.scale_format, scale_field_bits=w.scale_bits,
+                   specials=w.specials, special_code=(SPECIAL_CODE if storage.special_code is None
+                                                      else storage.special_code))
+
     @property
     def select_bits(self) -> int:
         """Metadata bits choosing the offset register (1 for two registers)."""
-        return max(0, math.ceil(math.log2(self.specials))) if self.specials else 0
+        return self.word.select_bits
 
     @property
     def select_bit(self) -> int:
         """Bit of the scale byte that selects the register (where ``select_bits``)."""
-        return self.scale_field_bits
+        return self.scale_field_bits if self.word.select_bit is None else self.word.select_bit
 
     @property
     def sign_bit(self) -> int:
         """Bit of the scale byte holding the special value's sign (where ``specials``)."""
-        return self.BYTE_BITS - 1
+        return self.BYTE_BITS - 1 if self.word.sign_bit is None else self.word.sign_bit
 
     @property
     def scale_signed(self) -> bool:
         """Whether the scale field carries the scale's own sign."""
-        return self.scale_format.signed and self.scale_field_bits == self.scale_format.bits
+        return self.word.scale_signed
 
     @property
     def scale_frac(self) -> int:
@@ -316,8 +347,7 @@ class OperandSpec:
         val = np.rint(FP4_E2M1.values[c] * (1 << ELEM_FRAC)).astype(np.int64)
         if self.specials:
             mags = np.array([int(razer_offset_value(o) * (1 << ELEM_FRAC)) for o in offs])
-            sel = (b >> self.select_bit) & 1 if self.select_bits else np.zeros_like(b)
-            neg = (b >> self.sign_bit) & 1
+            _, sel, neg = self.word.unpack(b)
             sv = np.where(neg == 1, -mags[sel], mags[sel])
             val = np.where(c == self.special_code, sv, val)
         return val
@@ -326,7 +356,7 @@ class OperandSpec:
         """Exact block scales: ``(neg, sig, exp, nan)`` int arrays with
         ``scale = (-1)**neg * sig * 2**exp`` (metadata bits removed first)."""
         f = self.scale_format
-        code = np.asarray(scale_bytes).astype(np.int64) & ((1 << self.scale_field_bits) - 1)
+        code = self.word.unpack(scale_bytes)[0]
         sign, e, m = f.fields(code)
         neg = sign if self.scale_signed else np.zeros_like(code)
         nan = np.isnan(f.values[code])
@@ -345,17 +375,20 @@ class OperandSpec:
         return np.where(nan, np.nan, v)
 
 
-NVFP4_OPERAND = OperandSpec(name="nvfp4", scale_format=FP8_E4M3, scale_field_bits=8)
+#: The operands of the golden block formats, from their storage specs (8-bit scale words).
+NVFP4_OPERAND = OperandSpec.from_storage(STORAGES["nvfp4"])
+MXFP4_OPERAND = OperandSpec.from_storage(STORAGES["mxfp4"])
+RAZER_WEIGHT = OperandSpec.from_storage(STORAGES["razer"])
+RAZER_ACT = OperandSpec.from_storage(STORAGES["razer-act"])
+#: An experiment without a golden quantizer: NVFP4 elements under E3M3 block scales.
 NVFP4_E3M3_OPERAND = OperandSpec(name="nvfp4-e3m3", scale_format=E3M3, scale_field_bits=6)
-RAZER_WEIGHT = OperandSpec(name="razer", scale_format=E3M3, scale_field_bits=6, specials=2)
-RAZER_ACT = OperandSpec(name="razer-act", scale_format=FP8_E4M3, scale_field_bits=7,
-                        specials=1)
 #: Operand presets by name.
-OPERANDS = {o.name: o for o in (NVFP4_OPERAND, NVFP4_E3M3_OPERAND, RAZER_WEIGHT, RAZER_ACT)}
+OPERANDS = {o.name: o for o in (NVFP4_OPERAND, NVFP4_E3M3_OPERAND, RAZER_WEIGHT, RAZER_ACT,
+                                MXFP4_OPERAND)}
 #: Element decoders by name: how many special magnitudes (offset registers) each has.
 ELEMENT_DECODERS = {"fp4": 0, "razer-act": 1, "razer": 2}
 #: Block-scale formats by name.
-SCALE_FORMATS = {"e4m3": FP8_E4M3, "e3m3": E3M3}
+SCALE_FORMATS = {"e4m3": FP8_E4M3, "e3m3": E3M3, "e8m0": E8M0}
 
 
 def make_operand(elements: str, scale: str) -> OperandSpec:
@@ -382,27 +415,40 @@ def make_operand(elements: str, scale: str) -> OperandSpec:
 
 
 def operand_for(fmt: BlockFormat) -> OperandSpec:
-    """The operand spec that consumes a golden format's codes and scale bytes as stored.
+    """The operand spec that consumes a golden format's codes and scale bytes as stored
+    (from the format's :attr:`~mactile.golden.block.BlockFormat.storage`).
 
     The tensor core (and the RTL built from it) implements the default quantization
     convention only; a format with another one is refused."""
     require_default_convention(fmt, "the NVFP4/RaZeR tensor core")
-    if isinstance(fmt, RaZeR):
-        return RAZER_WEIGHT
-    if isinstance(fmt, RaZeRAct):
-        return RAZER_ACT
-    if isinstance(fmt, NVFP4):
-        return NVFP4_OPERAND
-    raise ValueError(f"no tensor-core operand for format {fmt.describe()}")
+    storage = getattr(fmt, "storage", None)
+    op = OPERANDS.get(storage.name) if storage is not None else None
+    if op is None or storage.word.bits != OperandSpec.BYTE_BITS:
+        raise ValueError(f"no tensor-core operand for format {fmt.describe()}")
+    return op
 
 
 def offsets_for(fmt: BlockFormat) -> tuple[int, ...]:
     """Offset-register codes that make the decoder emit ``fmt``'s special magnitudes."""
-    if isinstance(fmt, RaZeR):
-        return tuple(razer_offset_code(v) for v in fmt.special_values)
-    if isinstance(fmt, RaZeRAct):
-        return (razer_offset_code(fmt.special_value),)
-    return ()
+    return tuple(razer_offset_code(v) for v in getattr(fmt, "special_magnitudes", ()))
+
+
+def golden_format(op: OperandSpec, *, block_size: int | None = None, specials=None):
+    """The golden quantizer whose storage ``op`` consumes (None for an operand without
+    one, e.g. ``nvfp4-e3m3``), with its default special magnitudes or ``specials``."""
+    from .registry import BLOCK_FORMATS
+
+    cls = BLOCK_FORMATS.get(op.name)
+    if cls is None or getattr(cls, "storage", None) is None or OPERANDS.get(op.name) != op:
+        return None
+    fmt = cls() if block_size is None else cls(block_size=block_size)
+    return fmt if specials is None else fmt.with_special_magnitudes(specials)
+
+
+def default_specials(op: OperandSpec) -> tuple[float, ...]:
+    """The golden quantizers' default special magnitudes for ``op``'s offset registers."""
+    fmt = golden_format(op)
+    return tuple(float(v) for v in getattr(fmt, "special_magnitudes", ()))
 
 
 # --------------------------------------------------------------------------- accumulators
@@ -531,7 +577,7 @@ class TensorCoreSpec:
                              "a block is streamed over block_size/cols cycles")
         if isinstance(self.acc, FP32Accumulator):
             bits, lo, hi = self.product_bits, self.product_min_exp, self.product_max_exp
-            if bits > _F32_MAN + 1 or lo < _F32_EMIN_LSB or hi > _F32_BIAS:
+            if bits > _F32_MAN + 1:
                 raise ValueError(
                     f"fp32 accumulation needs every block product exact in FP32, but products "
                     f"have up to {bits} significant bits (FP32: 24) and exponents in [{lo}, "
@@ -583,6 +629,14 @@ class TensorCoreSpec:
     def product_int_bits(self) -> int:
         return _product_int_bits(self.weight, self.act, self.block_size)
 
+    @property
+    def rounds_products(self) -> bool:
+        """Whether a block product can leave FP32's range (E8M0 scales: 2**-254 ..
+        2**254), so that the FP32 accumulator first rounds it to binary32 (module
+        docstring, "product rounding"). False for NVFP4/RaZeR: every product is exact."""
+        return isinstance(self.acc, FP32Accumulator) and (
+            self.product_min_exp < _F32_EMIN_LSB or self.product_max_exp > _F32_BIAS)
+
     def describe(self) -> str:
         return (f"tc(rows={self.rows}, cols={self.cols}, block_size={self.block_size}, "
                 f"weight={self.weight.name}, act={self.act.name}, acc={self.acc.describe()})")
@@ -622,7 +676,9 @@ class TensorCoreSpec:
         for r in range(len(acc)):
             cur = 0 if clear else int(acc[r])
             pn, pm, pe, pnan = int(p.neg[r]), int(p.mag[r]), int(p.exp[r]), bool(p.nan[r])
-            if isinstance(self.acc, FP32Accumulator):
+            if isinstance(self.acc, FP32Accumulator) and self.rounds_products and not pnan:
+                acc[r] = fp32_add_bits(cur, fp32_round(pn, pm, pe))  # product rounding first
+            elif isinstance(self.acc, FP32Accumulator):
                 acc[r] = fp32_add(cur, pn, pm, pe, nan=pnan)
             else:
                 f = self.acc
@@ -712,8 +768,10 @@ def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
 
 def epilogue(acc_bits, w_tensor_scale, a_tensor_scale) -> np.ndarray:
     """Apply the two FP32 tensor scales outside the core (named choice):
-    ``y = RNE32(RNE32(D32_w * D32_a) * acc)`` for FP32 accumulator bit patterns."""
+    ``y = RNE32(RNE32(D32_w * D32_a) * acc)`` for FP32 accumulator bit patterns (a format
+    without a tensor scale, MXFP4, passes None: 1)."""
     acc = np.asarray([int(b) for b in np.ravel(acc_bits)], dtype=np.uint32).view(np.float32)
-    d = np.float32(w_tensor_scale) * np.float32(a_tensor_scale)
+    one = lambda t: np.float32(1.0 if t is None else t)  # noqa: E731 - MXFP4: no tensor scale
+    d = one(w_tensor_scale) * one(a_tensor_scale)
     with np.errstate(over="ignore", invalid="ignore"):
         return (acc * d).astype(np.float32)

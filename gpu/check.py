@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mactile.golden.elements import FP16, FP32
+
 __all__ = ["reference", "error_bound", "check_close", "ACC_BOUND_TERMS"]
 
 
@@ -34,9 +36,10 @@ def reference(x, w_deq) -> tuple[np.ndarray, np.ndarray]:
 
 
 def error_bound(y_ref, abs_sum, K: int, *, fp16_out: bool) -> np.ndarray:
-    b = ACC_BOUND_TERMS(K) * 2.0 ** -23 * abs_sum + 2.0 ** -23 * np.abs(y_ref)
-    if fp16_out:
-        b = b + 2.0 ** -11 * np.abs(y_ref) + 2.0 ** -25
+    u32 = 2.0 ** -FP32.man_bits  # FP32 ulp of 1
+    b = ACC_BOUND_TERMS(K) * u32 * abs_sum + u32 * np.abs(y_ref)
+    if fp16_out:  # half an FP16 ulp relative, half its smallest subnormal absolute
+        b = b + 2.0 ** -(FP16.man_bits + 1) * np.abs(y_ref) + FP16.min_value / 2
     return b
 
 

@@ -49,13 +49,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import (E8M0, FP4_E2M1, FP8_E4M3, NVFP4, FP16, E3M3, MXFP4, RaZeR, RaZeRG128,
+from mactile.golden import (BLOCK_FORMATS, FP4_E2M1, FP8_E4M3, NVFP4, FP16, FP32,
                             require_default_convention)
 from mactile.golden.block import BlockFormat
-from mactile.golden.fp4blocks import SPECIAL_CODE, ZERO_CODE
 
 __all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS", "bp_masks",
-           "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "lut_byte", "traits_header", "fp4_encode_header",
+           "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "kernel_scale_words", "lut_byte", "traits_header", "fp4_encode_header",
            "prelude", "reset_header", "FORMAT_IDS", "FP4_ENGINE_FORMATS", "ENGINE_FORMATS",
            "engine_traits_header", "engine_format_id", "golden_proto", "POW2_WINDOW",
            "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]
@@ -257,27 +256,22 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
     """
     if isinstance(fmt, BlockFormat):
         require_default_convention(fmt, "the GPU kernels")
-    if type(fmt) is NVFP4:
-        if fmt.block_size != 16:
-            raise ValueError(f"nvfp4 kernels need block size 16, got {fmt.block_size}")
-        sfmt, mask, meta_shift, has_special = FP8_E4M3, 0x7F, 0, False
-    elif type(fmt) is RaZeR:
-        if fmt.block_size != 16:
-            raise ValueError(f"razer kernels need block size 16, got {fmt.block_size}")
-        sfmt, mask, meta_shift, has_special = E3M3, 0x3F, 6, True
-    elif type(fmt) is RaZeRG128:
-        sfmt, mask, meta_shift, has_special = FP16, 0x3FFF, 14, True
-    elif type(fmt) is MXFP4:
-        if fmt.block_size != 32:
-            raise ValueError(f"mxfp4 kernels need block size 32, got {fmt.block_size}")
-        sfmt, mask, meta_shift, has_special = E8M0, 0xFF, 0, False
-    else:
+    storage = getattr(fmt, "storage", None)
+    if storage is None or fmt.name not in FP4_ENGINE_FORMATS:
         raise ValueError(f"no GPU kernel for format {fmt.describe()}; supported: "
                          f"{', '.join(FP4_ENGINE_FORMATS)}")
+    if fmt.block_size != storage.block_size:
+        raise ValueError(f"{fmt.name} kernels need block size {storage.block_size}, "
+                         f"got {fmt.block_size}")
+    word = storage.word
+    # The kernels read the scale's magnitude bits (a block scale is never negative) and
+    # the metadata index sign * 2 + select from the bits above them.
+    sfmt, mask, meta_shift, has_special = (word.scale_format, word.magnitude_mask,
+                                           word.meta_shift, bool(word.specials))
     vals = [_fp4_value(c) for c in range(16)]
     if has_special:
-        vals[SPECIAL_CODE] = 0.0  # placeholder, replaced per block
-        vals[ZERO_CODE] = 0.0
+        vals[storage.special_code] = 0.0  # placeholder, replaced per block
+        vals[storage.zero_code] = 0.0
     b = [lut_byte(v) for v in vals]
     words = tuple(int(b[4 * i] | b[4 * i + 1] << 8 | b[4 * i + 2] << 16 | b[4 * i + 3] << 24)
                   for i in range(4))
@@ -286,18 +280,28 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
         a, bb = fmt.special_values
         sb = [lut_byte(v) for v in (a, bb, -a, -bb)]
         specials = sb[0] | sb[1] << 8 | sb[2] << 16 | sb[3] << 24
-    if sfmt is FP16:
-        smax = float(FP16.values[mask])  # below 2 (flag bits cleared)
-    elif sfmt is E8M0:
-        smax = float(np.nanmax(E8M0.values))
-    else:
-        smax = float(np.nanmax(sfmt.values[: mask + 1]))
     return KernelFormat(name=fmt.name, fmt_id=FORMAT_IDS.get(fmt.name, -1), block=fmt.block_size,
-                        scale_dtype=np.dtype(fmt.scale_dtype), scale_mask=mask,
+                        scale_dtype=np.dtype(word.dtype), scale_mask=mask,
                         meta_shift=meta_shift, scale_format=sfmt, scale_man_bits=sfmt.man_bits,
                         scale_bias=sfmt.bias, has_special=has_special, lut=words,
-                        specials_word=specials, scale_max=smax, golden=fmt,
-                        tensor_scale=sfmt is not E8M0)
+                        specials_word=specials, scale_max=word.scale_max, golden=fmt,
+                        tensor_scale=storage.has_tensor_scale)
+
+
+def kernel_scale_words(kf: KernelFormat, words) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy model of how the kernels read scale words (the traits' FP32 placement path):
+    ``(scale value, metadata index)``; the value is ``bits(payload << F32_SHIFT) * F32_MUL``
+    with ``payload = word & SCALE_MASK``, the index ``word >> META_SHIFT`` (0 without
+    metadata). Exact for every finite scale code with a non-zero exponent field or a
+    format with subnormals (E8M0's code 0 places as 0.0 here; the E8M0 engine path
+    rebases its exponents instead, :func:`mactile.gpu.packing.pow2_kernel_scales`)."""
+    w = np.asarray(words).astype(np.uint32)
+    payload = w & np.uint32(kf.scale_mask)
+    bits = (payload << np.uint32(FP32.man_bits - kf.scale_man_bits)).astype(np.uint32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        val = bits.view(np.float32).astype(np.float64) * 2.0 ** (FP32.bias - kf.scale_bias)
+    meta = (w >> np.uint32(kf.meta_shift)) if kf.has_special else np.zeros_like(w)
+    return val, meta.astype(np.int64)
 
 
 def traits_header() -> str:
@@ -306,11 +310,10 @@ def traits_header() -> str:
            "namespace mt {", "template <int F> struct Fmt;"]
     out += [f"constexpr int FID_{n.upper().replace('-', '_')} = {i};" for n, i in FORMAT_IDS.items()]
     for name, fid in FORMAT_IDS.items():
-        proto = {"nvfp4": NVFP4(), "razer": RaZeR(), "razer-g128": RaZeRG128()}[name]
-        kf = kernel_format(proto)
+        kf = kernel_format(golden_proto(name))
         pre = kf.f16_prescale_log2
-        f16_mul = 2.0 ** (15 - kf.scale_bias - pre)
-        f32_mul = 2.0 ** (127 - kf.scale_bias)
+        f16_mul = 2.0 ** (FP16.bias - kf.scale_bias - pre)
+        f32_mul = 2.0 ** (FP32.bias - kf.scale_bias)
         h = lambda v: int(np.float16(v).view(np.uint16))
         f16x2_mul = h(f16_mul) | h(f16_mul) << 16
         f16x2_pre = h(2.0 ** -pre) | h(2.0 ** -pre) << 16
@@ -323,13 +326,13 @@ def traits_header() -> str:
             f"  static constexpr unsigned SCALE_MASK = {kf.scale_mask}u;\n"
             f"  static constexpr int META_SHIFT = {kf.meta_shift};\n"
             f"  // scale code payload -> FP16 bits: payload << F16_SHIFT, times F16_MUL\n"
-            f"  static constexpr int F16_SHIFT = {10 - kf.scale_man_bits};\n"
+            f"  static constexpr int F16_SHIFT = {FP16.man_bits - kf.scale_man_bits};\n"
             f"  static constexpr float F16_MUL = {f16_mul.hex()}f;  // 2^(15-bias-prescale)\n"
             f"  static constexpr int F16_PRESCALE_LOG2 = {pre};\n"
             f"  static constexpr unsigned F16X2_MUL = {f16x2_mul:#010x}u;       // (F16_MUL, F16_MUL)\n"
             f"  static constexpr unsigned F16X2_PRESCALE = {f16x2_pre:#010x}u;  // (2^-prescale, 2^-prescale)\n"
             f"  // scale code payload -> FP32 bits: payload << F32_SHIFT, times F32_MUL\n"
-            f"  static constexpr int F32_SHIFT = {23 - kf.scale_man_bits};\n"
+            f"  static constexpr int F32_SHIFT = {FP32.man_bits - kf.scale_man_bits};\n"
             f"  static constexpr float F32_MUL = {f32_mul.hex()}f;  // 2^(127-bias)\n"
             f"}};")
     mag, sign = bp_masks()
@@ -393,10 +396,9 @@ def reset_header() -> str:
 # --------------------------------------------------------------------------- the engine
 def golden_proto(name: str) -> BlockFormat:
     """The default golden format object of an FP4 engine format name."""
-    protos = {"nvfp4": NVFP4, "mxfp4": MXFP4, "razer": RaZeR, "razer-g128": RaZeRG128}
-    if name not in protos:
+    if name not in FP4_ENGINE_FORMATS:
         raise ValueError(f"unknown FP4 format {name!r}; choose from {FP4_ENGINE_FORMATS}")
-    return protos[name]()
+    return BLOCK_FORMATS[name]()
 
 
 def engine_format_id(name: str) -> int:
@@ -455,7 +457,8 @@ def _engine_fp4_traits(name: str) -> dict:
             "SCALE_MASK": kf.scale_mask, "META_SHIFT": kf.meta_shift,
             "F16_SHIFT": FP16.man_bits - kf.scale_man_bits,
             "F16X2_MUL": h(f16_mul) | h(f16_mul) << 16,
-            "F32_SHIFT": 23 - kf.scale_man_bits, "F32_MUL": 2.0 ** (127 - kf.scale_bias),
+            "F32_SHIFT": FP32.man_bits - kf.scale_man_bits,
+            "F32_MUL": 2.0 ** (FP32.bias - kf.scale_bias),
             "POW2_SHIFT": FP16.man_bits}
 
 

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mactile.golden import E8M0, FP16, Quantized
-from mactile.golden.fp4blocks import ZERO_CODE
+from mactile.golden.storage import ZERO_CODE
 
 from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, FORMAT_IDS, POW2_WINDOW, KernelFormat,
-                      bp_bit_positions, bp_decode_word, kernel_format)
+                      bp_bit_positions, bp_decode_word, kernel_format,
+                      kernel_scale_words)
 
 __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_TILE",
            "FRAG_K_ALIGN", "FRAG_ROW_PAD", "ROWMAJOR_K_ALIGN", "pow2_kernel_scales", "ACT_K_ALIGN", "quantized_from_arrays", "PackedActivation",
@@ -376,10 +377,9 @@ def _bytes_to_values(bytes4):
 
 def _scale_values(kf: KernelFormat, scale_codes):
     """FP32 value of stored scale codes by the kernels' bit placement (payload << F32_SHIFT)
-    times 2^(127 - bias); the metadata bits masked off."""
-    payload = np.asarray(scale_codes, np.uint32) & np.uint32(kf.scale_mask)
-    bits = (payload << np.uint32(23 - kf.scale_man_bits)).astype(np.uint32)
-    return bits.view(np.float32).astype(np.float64) * 2.0 ** (127 - kf.scale_bias)
+    times 2^(FP32 bias - scale bias); the metadata bits masked off
+    (:func:`~mactile.gpu.formats.kernel_scale_words`)."""
+    return kernel_scale_words(kf, scale_codes)[0]
 
 
 def emulate_frag_values(p: PackedW4A16) -> np.ndarray:

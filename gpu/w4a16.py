@@ -124,7 +124,7 @@ def _on_device(pw: PackedW4A16, name: str):
 
 
 def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int | None = None,
-            cfg=None, sync: bool = False):
+            cfg=None, sync: bool = False, pdl: bool | None = None):
     """Tensor-core W4A16 GEMM on the GEMM engine, any M.
 
     Parameters
@@ -133,8 +133,12 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
         Tile configuration (default: :func:`mactile.gpu.engine.config_for`).
     n_ctas : int, optional
         Persistent CTAs (overrides ``cfg.n_ctas``; for the exactness tests of every partition).
+    pdl : bool, optional
+        Launch with programmatic dependent launch: the kernel's CTAs may be scheduled
+        while the previous kernel in the stream finishes. Default
+        :func:`mactile.gpu.engine.use_pdl` (on for M <= 128, where it was measured faster).
     """
-    from .engine import EngineConfig, config_for, gemm_fp4  # noqa: PLC0415
+    from .engine import EngineConfig, config_for, gemm_fp4, use_pdl  # noqa: PLC0415
 
     _on_device(pw, "frag")
     M = check_activation(x, pw.K)
@@ -142,7 +146,7 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     c = cfg or config_for(pw.fmt.name, M)
     if n_ctas is not None:
         c = EngineConfig(c.bn, c.stages, c.wgs, int(n_ctas), c.sched)
-    gemm_fp4(x, pw, cfg=c, out=y)
+    gemm_fp4(x, pw, cfg=c, out=y, pdl=use_pdl(M) if pdl is None else pdl)
     check_launch("engine_gemm", sync=sync)
     return y
 

@@ -34,9 +34,10 @@ class Design:
     group : str
         Which table of a paper it belongs to (used to group reports and plots).
     bench : str
-        ``"module:callable"`` building the design's :class:`mactile.sim.Bench` (stimulus,
-        golden expectations, decoding) from its parameters; empty where the design is
-        not simulated. ``mactile sim`` and the pytest suites use it.
+        Only for designs defined outside this package: ``"module:callable"`` of its
+        :class:`mactile.sim.Bench`. The project's designs leave it empty; their benches
+        are mapped where the benches live (:data:`mactile.sim.benches.BENCHES`), so the
+        registry names no simulation code.
     """
 
     name: str
@@ -49,12 +50,6 @@ class Design:
 
     def load_builder(self) -> Callable[..., Any]:
         module, _, attr = self.builder.partition(":")
-        return getattr(importlib.import_module(module), attr)
-
-    def load_bench(self) -> Callable[..., Any]:
-        if not self.bench:
-            raise ValueError(f"{self.name}: no testbench registered (Design.bench is empty)")
-        module, _, attr = self.bench.partition(":")
         return getattr(importlib.import_module(module), attr)
 
     def resolve(self, **overrides) -> dict[str, Any]:
@@ -113,7 +108,7 @@ def _mac(name: str) -> Design:
     summary = f"{p['summary']}; {MacDatapath(**features).acc_bits}-bit accumulator"
     return Design(name, summary, builder="mactile.rtl.mac.unit:build_mac",
                   params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']})",
-                  group="blockdialect-table5", bench="mactile.sim.benches.mac:MacBench")
+                  group="blockdialect-table5")
 
 
 for _name in ("mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "mac-fp6-e3m2",
@@ -129,15 +124,13 @@ DESIGNS["dialect-quantizer"] = Design(
     builder="mactile.rtl.dialect.quantizer:DialectQuantizer",
     params={"block_size": 32, "count_tie": "even",
             "registers": "exp_max,align,pair,count,quantize"},
-    reference="BlockDialect (001) Sec. 3.2-3.3, Fig. 5, Table 6", group="blockdialect-table6",
-    bench="mactile.sim.benches.dialect:QuantizerBench")
+    reference="BlockDialect (001) Sec. 3.2-3.3, Fig. 5, Table 6", group="blockdialect-table6")
 DESIGNS["dialect-dequantizer"] = Design(
     "dialect-dequantizer",
     "DialectFP4 dequantizer: codes + dialect id -> 5-bit sign-magnitude integers, 1 cycle",
     builder="mactile.rtl.dialect.dequantizer:DialectDequantizer",
     params={"block_size": 32, "registered": True},
-    reference="BlockDialect (001) Sec. 3.3, Fig. 6, Table 6", group="blockdialect-table6",
-    bench="mactile.sim.benches.dialect:DequantizerBench")
+    reference="BlockDialect (001) Sec. 3.3, Fig. 6, Table 6", group="blockdialect-table6")
 DESIGNS["dialect-mse-selector"] = Design(
     "dialect-mse-selector",
     "DialectFP4 quantizer choosing the dialect by fixed-point MSE over all 16 dialects "
@@ -145,8 +138,7 @@ DESIGNS["dialect-mse-selector"] = Design(
     builder="mactile.rtl.dialect.mse:DialectMseSelector",
     params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6,
             "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
-    reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7",
-    bench="mactile.sim.benches.dialect:MseSelectorBench")
+    reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7")
 
 
 DESIGNS["dialect-chain"] = Design(
@@ -155,8 +147,7 @@ DESIGNS["dialect-chain"] = Design(
     "one block dot product per block_size cycles",
     builder="mactile.rtl.dialect.chain:DialectChain",
     params={"block_size": 32, "registers": "exp_max,align,pair,count,quantize"},
-    reference="BlockDialect (001) Sec. 3.3, Fig. 5-6, Tables 5-6", group="blockdialect-table6",
-    bench="mactile.sim.benches.dialect:ChainBench")
+    reference="BlockDialect (001) Sec. 3.3, Fig. 5-6, Tables 5-6", group="blockdialect-table6")
 
 
 def get_design(name: str) -> Design:
@@ -169,43 +160,54 @@ def get_design(name: str) -> Design:
 
 
 # ---- RaZeR Sec. 4.4 / Fig. 4 / Table 9: decoders and the NVFP4 vs RaZeR tensor cores ----
+# ---- plus MXFP4 (OCP MX v1.0) from the same generator: the cross-format comparison ----
 _RAZER_REF = "RaZeR (000) Sec. 4.4, Fig. 4, Table 9"
+_MX_REF = "OCP Microscaling Formats (MX) v1.0, Sec. 5-6 (E2M1, E8M0 per 32); generator of " + _RAZER_REF
 # Offset-register reset values: the golden quantizers' default special magnitudes.
-from mactile.golden.fp4blocks import RaZeR as _RaZeR, RaZeRAct as _RaZeRAct  # noqa: E402
-_W_SPECIALS = [float(v) for v in _RaZeR().special_values]
-_A_SPECIALS = [float(_RaZeRAct().special_value)]
+from mactile.golden.tensorcore import OPERANDS as _OPS, default_specials as _defaults  # noqa: E402
+_W_SPECIALS = [float(v) for v in _defaults(_OPS["razer"])]
+_A_SPECIALS = [float(v) for v in _defaults(_OPS["razer-act"])]
 _TC = "mactile.rtl.fp4tc.tensorcore:build_tensor_core"
 _DEC = "mactile.rtl.fp4tc.decoders:build_decoder"
-_TC_BENCH = "mactile.sim.benches.fp4tc:TensorCoreBench"
-_DEC_BENCH = "mactile.sim.benches.fp4tc:DecoderBench"
 _TC_COMMON = {"rows": 16, "cols": 16, "block_size": 16, "acc": "fp32", "acc_int_bits": None,
               "acc_frac_bits": None, "acc_guard_bits": 14, "pipeline": ["dot", "scaled"]}
 DESIGNS["nvfp4-decoder"] = Design(
     "nvfp4-decoder", "FP4 E2M1 codes -> signed fixed-point values (16 lanes, combinational)",
     builder=_DEC, params={"operand": "nvfp4", "lanes": 16, "specials": None},
-    reference=_RAZER_REF, group="razer-table9", bench=_DEC_BENCH)
+    reference=_RAZER_REF, group="razer-table9")
+DESIGNS["mxfp4-decoder"] = Design(
+    "mxfp4-decoder", "MXFP4 E2M1 codes -> signed fixed-point values (32 lanes: one MX block, "
+    "combinational)",
+    builder=_DEC, params={"operand": "mxfp4", "lanes": 32, "specials": None},
+    reference=_MX_REF, group="fp4-tc-formats")
 DESIGNS["razer-weight-decoder"] = Design(
     "razer-weight-decoder",
     "RaZeR weight decoder: FP4 + 2 offset registers, select and sign from the scale byte",
     builder=_DEC, params={"operand": "razer", "lanes": 16, "specials": _W_SPECIALS},
-    reference=_RAZER_REF, group="razer-table9", bench=_DEC_BENCH)
+    reference=_RAZER_REF, group="razer-table9")
 DESIGNS["razer-act-decoder"] = Design(
     "razer-act-decoder", "RaZeR activation decoder: FP4 + 1 offset register, sign from the scale byte",
     builder=_DEC, params={"operand": "razer-act", "lanes": 16, "specials": _A_SPECIALS},
-    reference=_RAZER_REF, group="razer-table9", bench=_DEC_BENCH)
+    reference=_RAZER_REF, group="razer-table9")
 DESIGNS["fp32-adder"] = Design(
     "fp32-adder", "IEEE binary32 adder, RNE, subnormals, Inf/NaN (the tensor cores' accumulator)",
     builder="mactile.rtl.fp4tc.fp32add:build_fp32_adder", params={},
-    reference=_RAZER_REF + " (FP32 accumulation)", group="razer-table9",
-    bench="mactile.sim.benches.fp4tc:Fp32AddBench")
+    reference=_RAZER_REF + " (FP32 accumulation)", group="razer-table9")
 DESIGNS["nvfp4-tc"] = Design(
     "nvfp4-tc", "NVFP4 tensor core: 16x16 FP4 MACs, E4M3 block scales, FP32 RNE accumulators",
     builder=_TC, params={**_TC_COMMON, "weight": "fp4", "weight_scale": "e4m3", "act": "fp4",
                          "act_scale": "e4m3", "w_specials": None, "a_specials": None},
-    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)
+    reference=_RAZER_REF, group="razer-table9")
+DESIGNS["mxfp4-tc"] = Design(
+    "mxfp4-tc", "MXFP4 tensor core: 16x16 FP4 MACs, blocks of 32 in 2 beats, E8M0 block "
+    "scales (NaN 0xFF), FP32 RNE accumulators",
+    builder=_TC, params={**_TC_COMMON, "block_size": 32, "weight": "fp4", "weight_scale": "e8m0",
+                         "act": "fp4", "act_scale": "e8m0", "w_specials": None,
+                         "a_specials": None},
+    reference=_MX_REF, group="fp4-tc-formats")
 DESIGNS["razer-tc"] = Design(
     "razer-tc", "RaZeR tensor core: NVFP4 array with RaZeR decoders (E3M3 weight scales)",
     builder=_TC, params={**_TC_COMMON, "weight": "razer", "weight_scale": "e3m3",
                          "act": "razer-act", "act_scale": "e4m3", "w_specials": _W_SPECIALS,
                          "a_specials": _A_SPECIALS},
-    reference=_RAZER_REF, group="razer-table9", bench=_TC_BENCH)
+    reference=_RAZER_REF, group="razer-table9")

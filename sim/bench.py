@@ -182,7 +182,7 @@ class Scoreboard:
 
 
 class Bench(abc.ABC):
-    """How to verify one design family. Subclass it, register it as ``Design.bench``.
+    """How to verify one design family. Subclass it, map it in ``mactile.sim.benches.BENCHES``.
 
     ``__init__`` takes the design's parameters (keyword arguments, the same the builder
     takes); :meth:`vectors` builds a suite's stimulus with golden expectations;

@@ -26,6 +26,7 @@ import numpy as np
 
 from mactile.golden.fileio import atomic_write
 from .bench import Mismatch, Scoreboard, Vectors
+from .benches import bench_path, load_bench
 from .hdl import PUBLIC_PORTS_VLT, WRAPPER_TOP, Layout, burst_wrapper, generate
 from .simulators import Simulator, require
 
@@ -388,7 +389,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         raise ValueError(f"unknown simulator {sim!r}; known: {', '.join(DEFAULT_SHAPE)}")
     if lanes is None:
         # a bench may prefer fewer lanes (a 16x16 tensor core is wide on its own)
-        preferred = getattr(d.load_bench(), "default_lanes", None) if d.bench else None
+        preferred = getattr(load_bench(d), "default_lanes", None) if bench_path(d) else None
         lanes = 1 if activity else (preferred or DEFAULT_SHAPE[sim][0])
     if depth is None:
         depth = DEFAULT_SHAPE[sim][1]
@@ -401,7 +402,7 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     simulator = require(sim)
     trace = _trace_plan(sim, waves, activity)
-    bench = d.load_bench()(**resolved)
+    bench = load_bench(d)(**resolved)
     suite = suite or bench.suites[0]
     bench.check_suite(suite)
     if vectors is not None and suite in bench.fixed_suites:

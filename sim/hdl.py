@@ -1,5 +1,5 @@
-"""From an Amaranth component to Verilog: ports, generation, lint waivers, Verilator lint,
-and the burst wrapper the simulations drive.
+"""Verilator lint and the burst wrapper the simulations drive; the Verilog itself comes from
+the one emitter, :mod:`mactile.rtl.verilog` (re-exported here).
 
 The burst wrapper (:func:`burst_wrapper`) feeds the design from a buffer of ``depth``
 cycles of stimulus and collects ``depth`` cycles of outputs, so a testbench moves a whole
@@ -9,9 +9,7 @@ cocotb testbenches, is gone, and the simulator runs the design's clock on its ow
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -19,168 +17,22 @@ from pathlib import Path
 
 import numpy as np
 
-from mactile.golden.fileio import atomic_write
+from mactile.rtl.verilog import (AMARANTH_WAIVERS, GeneratedDesign, Port, component_ports,
+                                 generate, lint_waivers, module_name, module_ports, to_verilog,
+                                 write_design)
 
 __all__ = [
     "Port", "component_ports", "to_verilog", "lint_waivers", "generate", "write_design",
     "GeneratedDesign", "lint",
     "LintResult", "Layout", "burst_wrapper", "verilator_bin_dir", "WRAPPER_TOP",
     "PUBLIC_PORTS_VLT",
-    "CYCLE_BITS", "AMARANTH_WAIVERS",
+    "CYCLE_BITS", "AMARANTH_WAIVERS", "module_name", "module_ports",
 ]
 
 #: Module name of the lane wrapper.
 WRAPPER_TOP = "mactile_tb"
 #: Width of the wrapper's burst counter, the low bits of ``resp``.
 CYCLE_BITS = 32
-
-#: Lint rules waived for every Amaranth-generated module, with the reason (docs/sim.md).
-AMARANTH_WAIVERS = (
-    ("PROCASSINIT", None,
-     "Amaranth writes each register's reset value as its declaration initialiser "
-     "(the power-on value) and also assigns it under reset"),
-    ("WIDTHEXPAND", "*Operator * expects * bits on the RHS, but RHS's SIGNED generates *",
-     "Yosys's Verilog backend adds $signed(a) + $signed(b) with operands narrower than the "
-     "sum and relies on Verilog's sign extension in context"),
-    ("WIDTHEXPAND", "*Operator SHIFTL expects * bits on the LHS, but LHS's VARREF '$*",
-     "Yosys's Verilog backend shifts a narrow temporary left into a wider result "
-     "(a << s in the width of the result, as Amaranth defines <<)"),
-    ("UNUSEDSIGNAL", "*'$*",
-     "Yosys temporaries ($N): result bits above the destination width, e.g. the carry out "
-     "of an adder whose sum the golden model proves never needs it"),
-)
-
-
-@dataclass(frozen=True)
-class Port:
-    """One Verilog port of a design."""
-
-    name: str
-    direction: str  # "in" or "out"
-    width: int
-    signed: bool
-
-    def to_int(self, bits: np.ndarray) -> np.ndarray:
-        """Interpret unsigned field values as this port's integers."""
-        v = np.asarray(bits, dtype=np.int64)
-        if self.signed:
-            v = np.where(v >= (1 << (self.width - 1)), v - (1 << self.width), v)
-        return v
-
-
-def component_ports(component) -> list[Port]:
-    """The ports of an Amaranth ``wiring.Component`` in signature order, named as
-    Amaranth's Verilog backend names them (path parts joined by ``__``)."""
-    from amaranth.hdl import Shape
-    from amaranth.lib.wiring import In
-
-    ports = []
-    for path, member in component.signature.members.flatten():
-        if not member.is_port:
-            continue
-        shape = Shape.cast(member.shape)
-        direction = "in" if member.flow is In else "out"
-        for idx in itertools.product(*(range(d) for d in member.dimensions)):
-            name = "__".join(str(p) for p in (*path, *idx))
-            ports.append(Port(name, direction, shape.width, shape.signed))
-    return ports
-
-
-def module_name(component) -> str:
-    """A component's Verilog module name: its ``module_name`` attribute, else its class."""
-    name = getattr(component, "module_name", None) or type(component).__name__.lower()
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ValueError(f"module name {name!r} is not a Verilog identifier")
-    return name
-
-
-def to_verilog(component, *, name: str | None = None) -> str:
-    """Verilog of a component (no source locations, so it is reproducible)."""
-    from amaranth.back import verilog
-
-    return verilog.convert(component, name=name or module_name(component), emit_src=False)
-
-
-def module_ports(verilog_text: str, name: str) -> list[str]:
-    """Port names in the header of module ``name``."""
-    m = re.search(rf"\bmodule\s+{re.escape(name)}\s*\(([^)]*)\)\s*;", verilog_text)
-    if m is None:
-        raise ValueError(f"module {name!r} not found in the Verilog")
-    return [p.strip() for p in m.group(1).split(",") if p.strip()]
-
-
-def lint_waivers(component, *, name: str | None = None) -> str:
-    """Verilator configuration (``.vlt``) waiving the documented Amaranth idioms for one
-    module file, the component's own documented ``lint_waivers`` (``(rule, match,
-    reason)`` triples), plus ``UNUSEDSIGNAL`` for the named stage signals the component
-    keeps for waveforms (its ``waveform_signals``; Amaranth reads the expressions they
-    alias)."""
-    name = name or module_name(component)
-    lines = ["`verilator_config",
-             f"// Waivers for {name}.v (mactile; reasons in docs/sim.md)."]
-    for rule, match, reason in AMARANTH_WAIVERS:
-        lines.append(f"// {rule}: {reason}")
-        extra = f' -match "{match}"' if match else ""
-        lines.append(f'lint_off -rule {rule} -file "*{name}.v"{extra}')
-    for rule, match, reason in getattr(component, "lint_waivers", ()):
-        # design-specific idioms, each with its reason (e.g. rtl/fp4tc)
-        lines.append(f"// {rule}: {reason}")
-        extra = f' -match "{match}"' if match else ""
-        lines.append(f'lint_off -rule {rule} -file "*{name}.v"{extra}')
-    stage = tuple(getattr(component, "waveform_signals", ()))
-    if stage:
-        lines.append("// UNUSEDSIGNAL: named stage signals kept for waveforms (aliases of "
-                     "expressions the backend inlines)")
-        for sig in stage:
-            lines.append(f'lint_off -rule UNUSEDSIGNAL -file "*{name}.v" -match "*\'{sig}\'*"')
-    return "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True)
-class GeneratedDesign:
-    """A component's Verilog and lint waivers, in memory."""
-
-    module: str
-    verilog: str
-    waivers: str
-    ports: list[Port]
-    clocked: bool  # has clk/rst ports (a sync domain)
-
-    def write(self, out_dir: os.PathLike) -> tuple[Path, Path]:
-        """Write ``<module>.v`` and ``<module>.vlt`` into ``out_dir`` (each atomically;
-        an unchanged file is left alone so its timestamp stays)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for suffix, content in ((".v", self.verilog), (".vlt", self.waivers)):
-            p = out / f"{self.module}{suffix}"
-            if not (p.exists() and p.read_text() == content):
-                atomic_write(p, content)
-            paths.append(p)
-        return paths[0], paths[1]
-
-
-def generate(component, *, name: str | None = None) -> GeneratedDesign:
-    """Verilog, waivers and port list of a component."""
-    name = name or module_name(component)
-    text = to_verilog(component, name=name)
-    hdr = module_ports(text, name)
-    ports = component_ports(component)
-    missing = [p.name for p in ports if p.name not in hdr]
-    if missing:
-        raise ValueError(f"{name}: ports {missing} of the signature are not in the Verilog "
-                         f"header {hdr}")
-    return GeneratedDesign(name, text, lint_waivers(component, name=name), ports,
-                           clocked="clk" in hdr)
-
-
-def write_design(component, out_dir: os.PathLike, *, name: str | None = None):
-    """Generate a component and write ``<module>.v`` and ``<module>.vlt`` into ``out_dir``.
-    Returns ``(GeneratedDesign, verilog path, waiver path)``."""
-    gen = generate(component, name=name)
-    v, w = gen.write(out_dir)
-    return gen, v, w
-
 
 # ---------------------------------------------------------------------------- lint
 @functools.lru_cache(maxsize=None)

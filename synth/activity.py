@@ -178,7 +178,7 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
                      ) -> tuple[dict[str, list[int]], str] | None:
     """The design's own testbench stimulus from the simulation harness, or None.
 
-    The registry design's ``bench`` (:class:`mactile.sim.bench.Bench`) builds its
+    The registry design's bench (:data:`mactile.sim.benches.BENCHES`) builds its
     ``activity_suite`` (default its first suite: ``random`` for the MACs, the corner
     streams, then golden-quantized and uniform operand codes) on one lane for ``cycles``
     vectors; its inputs are the stimulus.
@@ -188,9 +188,11 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
         design = get_design(rtl.design)
     except (ImportError, ValueError):
         return None
-    if not getattr(design, "bench", ""):
+    from mactile.sim.benches import bench_path, load_bench  # synth sits above sim
+
+    if not bench_path(design):
         return None
-    bench = design.load_bench()(**rtl.params)
+    bench = load_bench(design)(**rtl.params)
     suite = bench.activity_suite or bench.suites[0]
     vec = bench.vectors(suite, lanes=1, count=cycles, rng=np.random.default_rng(seed))
     stim = {name: [int(v) for v in np.asarray(arr)[:, 0]] for name, arr in vec.inputs.items()}
@@ -198,7 +200,7 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
     n = vec.cycles
     for port in rtl.data_inputs:
         stim.setdefault(port.name, [0] * n)
-    return stim, f"{design.bench.rpartition(':')[2]} '{suite}' suite (golden-derived)"
+    return stim, f"{bench_path(design).rpartition(':')[2]} '{suite}' suite (golden-derived)"
 
 
 def stimulus_for(rtl: Rtl, cycles: int = DEFAULT_CYCLES, seed: int = DEFAULT_SEED

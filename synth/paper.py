@@ -15,7 +15,8 @@ import yaml
 
 from .flow import SynthResult
 
-__all__ = ["load_tables", "paper_configs", "compare", "format_paper_markdown", "TABLES_FILE"]
+__all__ = ["load_tables", "load_comparisons", "paper_configs", "compare", "cross_format",
+           "format_paper_markdown", "format_cross_markdown", "TABLES_FILE"]
 
 TABLES_FILE = Path(__file__).resolve().parent / "paper_tables.yaml"
 
@@ -41,16 +42,27 @@ class Config:
     designs: tuple[str, ...]
 
 
-def paper_configs(tables: list[dict], known: set[str]) -> list[Config]:
-    """(library, clock) -> the built designs the tables need there."""
+def load_comparisons(path: Path = TABLES_FILE) -> list[dict]:
+    """The cross-format comparisons (our designs side by side, no paper figures)."""
+    comps = yaml.safe_load(path.read_text()).get("comparisons") or []
+    for c in comps:
+        if c["baseline"] not in c["designs"]:
+            raise ValueError(f"{path}: comparison {c['id']}: baseline {c['baseline']!r} is "
+                             "not one of its designs")
+    return comps
+
+
+def paper_configs(tables: list[dict], known: set[str],
+                  comparisons: list[dict] = ()) -> list[Config]:
+    """(library, clock) -> the built designs the tables (and comparisons) need there."""
     want: dict[tuple[str, float], list[str]] = {}
-    for t in tables:
-        for r in t["rows"]:
-            d = r.get("design")
-            if d and d in known:
-                lst = want.setdefault((t["pdk"], float(t["clock_ns"])), [])
-                if d not in lst:
-                    lst.append(d)
+    rows = [(t["pdk"], t["clock_ns"], r.get("design")) for t in tables for r in t["rows"]]
+    rows += [(c["pdk"], c["clock_ns"], d) for c in comparisons for d in c["designs"]]
+    for pdk, clock, d in rows:
+        if d and d in known:
+            lst = want.setdefault((pdk, float(clock)), [])
+            if d not in lst:
+                lst.append(d)
     return [Config(p, c, tuple(ds)) for (p, c), ds in want.items()]
 
 
@@ -113,7 +125,7 @@ def _f(x, fmt="{:.3g}"):
     return "-" if x is None else fmt.format(x)
 
 
-def format_paper_markdown(comparisons: list[dict]) -> str:
+def format_paper_markdown(comparisons: list[dict], cross: list[dict] = ()) -> str:
     """The paper view as Markdown: per table, paper vs ours, absolute and ratios."""
     lines = ["# The papers' hardware tables vs this project", "",
              "Ratios are each row over the table's baseline row (marked *), for the paper and "
@@ -139,15 +151,75 @@ def format_paper_markdown(comparisons: list[dict]) -> str:
                 f"{_f(x['ours_ratio']['power'], '{:.2f}')} | {_f(x['ours']['fmax_mhz'], '{:.0f}')} | "
                 f"{x['status']}{'; ' + x['note'] if x['note'] else ''} |")
         lines.append("")
+    if cross:
+        lines.append(format_cross_markdown(cross))
     return "\n".join(lines)
 
 
-def write_paper_view(comparisons: list[dict], out_dir: Path) -> dict[str, Path]:
-    """``paper.json`` and ``paper.md`` in ``out_dir``, all or nothing."""
+def cross_format(specs: list[dict], results: list[SynthResult]) -> list[dict]:
+    """Each comparison's designs on its library and clock: area, power, fmax and energy per
+    MAC (power x clock period / MACs per cycle, ``rows * cols`` of the design), and the
+    ratios of area, power and energy per MAC over the baseline design."""
+    by_key = {(r.design, r.pdk, float(r.clock_ns)): r for r in results}
+    out = []
+    for c in specs:
+        rows = []
+        for d in c["designs"]:
+            r = by_key.get((d, c["pdk"], float(c["clock_ns"])))
+            row = {"design": d, "area": None, "power": None, "fmax_mhz": None,
+                   "energy_pj_per_mac": None, "macs_per_cycle": None, "status": "not built"}
+            if r is not None and r.ok:
+                macs = int(r.params.get("rows", 1)) * int(r.params.get("cols", 1))
+                power = r.power_mw["total"]
+                row.update(area=r.area_um2, power=power, macs_per_cycle=macs,
+                           energy_pj_per_mac=power * r.clock_ns / macs,  # mW * ns = pJ
+                           fmax_mhz=(None if r.slack_ns is None
+                                     else 1e3 / (r.clock_ns - r.slack_ns)),
+                           status="met" if r.meets_timing else "fails timing",
+                           equivalence=r.equivalence)
+            elif r is not None:
+                row["status"] = f"{r.failure} (no figures)"
+            rows.append(row)
+        base = next(x for x in rows if x["design"] == c["baseline"])
+        for x in rows:
+            x["ratio"] = {k: _ratio(x[k], base[k]) for k in ("area", "power", "energy_pj_per_mac")}
+        out.append({"id": c["id"], "title": c["title"], "note": " ".join(c["note"].split()),
+                    "pdk": c["pdk"], "clock_ns": c["clock_ns"], "baseline": c["baseline"],
+                    "rows": rows})
+    return out
+
+
+def format_cross_markdown(cross: list[dict]) -> str:
+    """The cross-format comparisons as Markdown tables."""
+    lines = []
+    for c in cross:
+        lines += [f"## {c['title']}", "",
+                  f"Ours: {c['pdk']} at {c['clock_ns']:g} ns (Yosys + OpenSTA), every netlist "
+                  f"proven equivalent to its RTL. {c['note']}", "",
+                  "| design | area (um^2) | area ratio | power (mW) | power ratio | fmax (MHz) "
+                  "| MACs/cycle | energy per MAC (pJ) | energy ratio | status |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for x in c["rows"]:
+            mark = " *" if x["design"] == c["baseline"] else ""
+            lines.append(
+                f"| {x['design']}{mark} | {_f(x['area'], '{:.1f}')} | "
+                f"{_f(x['ratio']['area'], '{:.2f}')} | {_f(x['power'], '{:.4g}')} | "
+                f"{_f(x['ratio']['power'], '{:.2f}')} | {_f(x['fmax_mhz'], '{:.0f}')} | "
+                f"{_f(x['macs_per_cycle'], '{}')} | {_f(x['energy_pj_per_mac'], '{:.4f}')} | "
+                f"{_f(x['ratio']['energy_pj_per_mac'], '{:.2f}')} | {x['status']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_paper_view(comparisons: list[dict], out_dir: Path,
+                     cross: list[dict] = ()) -> dict[str, Path]:
+    """``paper.json`` and ``paper.md`` in ``out_dir``, all or nothing (the JSON: the paper
+    tables' comparisons, plus ``cross_format`` entries with ``"kind": "cross-format"``)."""
     from mactile.golden.fileio import atomic_outputs
 
     files = {"json": Path(out_dir) / "paper.json", "md": Path(out_dir) / "paper.md"}
+    data = list(comparisons) + [{"kind": "cross-format", **c} for c in cross]
     with atomic_outputs(*files.values(), make_parents=True) as (tj, tm):
-        tj.write_text(json.dumps(comparisons, indent=1) + "\n")
-        tm.write_text(format_paper_markdown(comparisons))
+        tj.write_text(json.dumps(data, indent=1) + "\n")
+        tm.write_text(format_paper_markdown(comparisons, cross))
     return files

@@ -1,7 +1,9 @@
 """Designs to Verilog: one registry design (or any Amaranth component) as synthesizable RTL.
 
-The Verilog is written without source-location attributes, so its hash (the cache key)
-depends on the design and its parameters only, not on where the checkout lives.
+The Verilog comes from the one emitter (:func:`mactile.rtl.verilog.generate`), so the
+synthesized module has the name ``mactile generate`` and the simulations give it: the
+component's ``module_name``. It is written without source-location attributes, so its hash
+(the cache key) depends on the design and its parameters only.
 """
 from __future__ import annotations
 
@@ -9,22 +11,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Port", "Rtl", "design_rtl", "component_rtl", "verilog_ports", "top_name"]
+from mactile.rtl.verilog import Port, generate
 
-
-@dataclass(frozen=True)
-class Port:
-    """One top-level port of the generated Verilog module."""
-
-    name: str
-    direction: str  # "input" or "output"
-    width: int
-
-    def bits(self) -> list[str]:
-        """The port's bit names as OpenSTA's ``get_ports`` spells them."""
-        if self.width == 1:
-            return [self.name]
-        return [f"{self.name}[{i}]" for i in range(self.width)]
+__all__ = ["Port", "Rtl", "design_rtl", "component_rtl", "verilog_ports"]
 
 
 @dataclass(frozen=True)
@@ -61,18 +50,12 @@ class Rtl:
 
     @property
     def inputs(self) -> tuple[Port, ...]:
-        return tuple(p for p in self.ports if p.direction == "input")
+        return tuple(p for p in self.ports if p.is_input)
 
     @property
     def data_inputs(self) -> tuple[Port, ...]:
         """Inputs other than the clock and reset."""
         return tuple(p for p in self.inputs if p.name not in (self.clock, self.reset))
-
-
-def top_name(design: str) -> str:
-    """A Verilog identifier for a design name (``mac-int4`` -> ``mac_int4``)."""
-    name = re.sub(r"\W", "_", design)
-    return name if re.match(r"[A-Za-z_]", name) else f"d_{name}"
 
 
 _PORT_RE = re.compile(r"^\s*(input|output)\s+(?:(?:wire|reg|signed)\s+)*(?:\[(\d+):(\d+)\]\s*)?"
@@ -92,19 +75,18 @@ def verilog_ports(verilog: str, top: str) -> tuple[Port, ...]:
 
 
 def component_rtl(component, name: str, *, params: dict | None = None) -> Rtl:
-    """Verilog of an Amaranth ``wiring.Component`` (its signature gives the ports)."""
-    from amaranth.back import verilog
-
-    top = top_name(name)
-    text = verilog.convert(component, name=top, emit_src=False)
-    ports = verilog_ports(text, top)
-    names = {p.name for p in ports if p.direction == "input"}
-    sig_names = set()
-    for path, _member, _value in component.signature.flatten(component):
-        sig_names.add("__".join(str(p) for p in path))
+    """Verilog of an Amaranth ``wiring.Component`` from the one emitter; ``name`` is the
+    design's registry name (the module is named by the component)."""
+    gen = generate(component)
+    top = gen.module
+    ports = verilog_ports(gen.verilog, top)  # header order, with clk/rst
+    signed = {p.name: p.signed for p in gen.ports}
+    ports = tuple(Port(p.name, p.direction, p.width, signed.get(p.name, False)) for p in ports)
+    names = {p.name for p in ports if p.is_input}
+    sig_names = {p.name for p in gen.ports}
     clock = "clk" if "clk" in names and "clk" not in sig_names else None
     reset = "rst" if "rst" in names and "rst" not in sig_names else None
-    return Rtl(design=name, top=top, verilog=text, ports=ports, clock=clock, reset=reset,
+    return Rtl(design=name, top=top, verilog=gen.verilog, ports=ports, clock=clock, reset=reset,
                params=dict(params or {}))
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import MXFP4, NVFP4, RaZeR, RaZeRG128
+from mactile.golden import FP16, FP32, MXFP4, NVFP4, RaZeR, RaZeRG128
 
 from ..check import check_close, reference
 from ..packing import pack_w4a16, quantized_from_arrays
@@ -63,24 +63,21 @@ FLEXQ_MAX_M = 64
 SMALL_M = 8
 
 
+#: Random weights' block scales per format: the window of scale exponent fields (E4M3
+#: exponents 3..10; E8M0 -10..1 around 2^-4, 12 binades; E3M3 1..6; FP16 11..15, below 2)
+#: and the tensor scale (used where the format's storage has one).
+RANDOM_SCALES = {"nvfp4": ((3, 10), 2.0e-4), "mxfp4": ((117, 128), None),
+                 "razer": ((1, 6), 5.0e-3), "razer-g128": ((11, 15), 1.0e-2)}
+
+
 def random_quantized(fmt, N: int, K: int, rng: np.random.Generator):
-    """A valid golden weight with random codes, realistic random scales and metadata."""
+    """A valid golden weight with random codes, realistic random scales and metadata
+    (scale words drawn by the format's storage spec, :meth:`ScaleWord.random`)."""
     codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
     nb = K // fmt.block_size
-    if fmt.name == "nvfp4":  # E4M3 exponents 3..10 (no NaN code)
-        sc = (rng.integers(3, 11, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
-        ts = 2.0e-4
-    elif fmt.name == "mxfp4":  # E8M0 exponents -10..1 around 2^-4 (12 binades)
-        sc = rng.integers(117, 129, (N, nb)).astype(np.uint8)
-        ts = None
-    elif fmt.name == "razer":
-        sc = (rng.integers(1, 7, (N, nb)) << 3 | rng.integers(0, 8, (N, nb)) | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
-        ts = 5.0e-3
-    else:
-        sc = (rng.integers(11, 16, (N, nb)) << 10 | rng.integers(0, 1024, (N, nb))
-              | rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
-        ts = 1.0e-2
-    return quantized_from_arrays(fmt, codes, sc, ts)
+    exp_fields, ts = RANDOM_SCALES[fmt.name]
+    sc = fmt.storage.word.random(rng, (N, nb), exp_fields=exp_fields)
+    return quantized_from_arrays(fmt, codes, sc, ts if fmt.storage.has_tensor_scale else None)
 
 
 @dataclass
@@ -109,7 +106,8 @@ def _check_fp4(what, y_dev, x_host, q, cols):
 
 def _check_bound(what, got, ref, mag, K, extra_rel=0.0):
     """|got - ref| <= (K/8 + 64) 2^-23 mag + extra_rel mag + 2^-11 |ref| + 2^-24 (FP16 output)."""
-    bound = (K / 8 + 64) * 2.0 ** -23 * mag + extra_rel * mag + 2.0 ** -11 * np.abs(ref) + 2.0 ** -24
+    bound = ((K / 8 + 64) * 2.0 ** -FP32.man_bits * mag + extra_rel * mag
+             + 2.0 ** -(FP16.man_bits + 1) * np.abs(ref) + FP16.min_value)
     err = np.abs(got - ref)
     if not np.isfinite(got).all() or (err > bound).any():
         i = np.unravel_index(int(np.argmax(err / bound)), err.shape)

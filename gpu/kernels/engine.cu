@@ -446,7 +446,13 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         if constexpr (T::A_SRC == A_PLANES) tma_prefetch_desc(&tm_a1);
     }
     __syncthreads();
-    griddep_wait();  // with programmatic dependent launch: the previous kernel's results are visible
+    // Programmatic dependent launch: the next kernel in the stream may be scheduled now; its
+    // CTAs take the SMs this grid frees and run their set-up while ours finish (it reads
+    // nothing of ours before its own griddepcontrol.wait). Prefetching the first stages'
+    // weights before the wait was tried (bulk copies into shared memory, or L2 prefetches)
+    // and measured slower on every shape (docs/gpu.md, "Programmatic dependent launch").
+    griddep_launch_dependents();
+    griddep_wait();  // the previous kernel's results are visible from here on
 
     if (wg == 0) {
         // ---------------------------------------------------------------- producer

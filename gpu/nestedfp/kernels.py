@@ -322,7 +322,7 @@ class NestedFPLinear:
         kernel where :func:`choose_stream` has a shape (M <= 8), else the engine with the
         device's tuning table or its default configuration."""
         cp = runtime.require_cupy()
-        from ..engine import EngineConfig, gemm_fp8, gemm_planes  # noqa: PLC0415
+        from ..engine import EngineConfig, gemm_fp8, gemm_planes, use_pdl  # noqa: PLC0415
         if mode not in MODES:
             raise ValueError(f"nestedfp: mode must be one of {MODES}, got {mode!r}")
         if not isinstance(x, cp.ndarray) or x.dtype != cp.float16 or x.ndim != 2:
@@ -350,9 +350,9 @@ class NestedFPLinear:
             fmt = "nestedfp16" if mode == "fp16" else "nestedfp8"
             config, _ = engine_choice(load_table(), fmt, self.k, self.n, m)
         if mode == "fp16":
-            return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y)
+            return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y, pdl=use_pdl(m))
         buf = self._fp8.get(m)
         if buf is None:
             buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8), cp.empty((m,), dtype=cp.float32))
         xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag)
-        return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y)
+        return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y, pdl=use_pdl(m))

@@ -123,12 +123,13 @@ def _status(results) -> int:
 def _run_paper(args, out: Path, jobs: int) -> int:
     from mactile.rtl.registry import DESIGNS
     from mactile.synth.libraries import LibraryError, resolve_library
-    from mactile.synth.paper import compare, load_tables, paper_configs, write_paper_view
+    from mactile.synth.paper import (compare, cross_format, load_comparisons, load_tables,
+                                     paper_configs, write_paper_view)
     from mactile.synth.report import write_report
 
-    tables = load_tables()
+    tables, specs = load_tables(), load_comparisons()
     known = set(args.designs or DESIGNS)
-    configs = paper_configs(tables, known)
+    configs = paper_configs(tables, known, specs)
     if not configs:
         raise CliError("none of the papers' table designs is registered yet")
     results, skipped = [], {}
@@ -147,7 +148,7 @@ def _run_paper(args, out: Path, jobs: int) -> int:
         _summary(rs, files)
         results += rs
     comparisons = compare(tables, results, skipped_pdks=skipped)
-    files = write_paper_view(comparisons, out)
+    files = write_paper_view(comparisons, out, cross_format(specs, results))
     for f in files.values():
         _say(f"wrote {f}")
     return _status(results)

@@ -47,7 +47,9 @@ def run(args) -> int:
     from mactile.sim import run as sim_run
 
     design, params = resolve_design(args)
-    if not design.bench:
+    from mactile.sim.benches import bench_path
+
+    if not bench_path(design):
         raise CliError(f"{design.name} has no testbench registered; it cannot be simulated")
     # Where the results go is checked before the simulation, not after it.
     if args.json:

@@ -294,7 +294,7 @@ class Stage2Logic:
 
 
 #: Lint idioms of Yosys's Verilog backend met by these units' constant comparisons (the
-#: generic ones are in mactile.sim.hdl.AMARANTH_WAIVERS); both are correct Verilog.
+#: generic ones are in mactile.rtl.verilog.AMARANTH_WAIVERS); both are correct Verilog.
 BACKEND_WAIVERS = (
     ("WIDTHEXPAND", "*Operator * expects * bits on the RHS, but RHS's CONST *",
      "Yosys's Verilog backend writes constants without leading zero bits (x == 4'hf for a "

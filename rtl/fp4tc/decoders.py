@@ -1,4 +1,4 @@
-"""FP4 element decoders and the block-scale decoder (RaZeR Fig. 4).
+"""FP4 element decoders and the block-scale decoder (RaZeR Fig. 4; MXFP4's E8M0 scales).
 
 An element decoder turns FP4 E2M1 codes into two's-complement fixed-point values with
 ``ELEM_FRAC`` (= 1) fraction bits, i.e. integers in half units, which the MAC array
@@ -16,8 +16,9 @@ from .lint import LINT_WAIVERS, STAGE_SIGNALS
 
 from mactile.golden.elements import FP4_E2M1
 from mactile.golden import validate
-from mactile.golden.fp4blocks import RaZeR, RaZeRAct, razer_offset_code, special_magnitude
+from mactile.golden.fp4blocks import razer_offset_code, special_magnitude
 from mactile.golden.tensorcore import ELEM_FRAC, OFFSET_BITS, OPERANDS, OperandSpec
+from mactile.golden.tensorcore import default_specials as _golden_default_specials
 
 __all__ = ["value_shape", "ElementDecoder", "DecoderUnit", "ScaleDecode", "decode_scale",
            "build_decoder", "default_specials", "reset_offsets"]
@@ -57,11 +58,7 @@ def reset_offsets(operand: OperandSpec, specials, *, name: str = "specials") -> 
 
 def default_specials(operand: OperandSpec) -> tuple[float, ...]:
     """The golden quantizers' default special magnitudes for this operand's registers."""
-    if operand.specials == 2:
-        return tuple(RaZeR().special_values)
-    if operand.specials == 1:
-        return (RaZeRAct().special_value,)
-    return ()
+    return _golden_default_specials(operand)
 
 
 def _operand(operand) -> OperandSpec:
@@ -147,7 +144,7 @@ class DecoderUnit(wiring.Component):
     Parameters
     ----------
     operand : str | OperandSpec
-        ``"nvfp4"``, ``"razer"``, ``"razer-act"`` or a spec.
+        ``"nvfp4"``, ``"mxfp4"``, ``"razer"``, ``"razer-act"`` or a spec.
     lanes : int
         Elements decoded per cycle (one block: 16).
     specials : sequence of float
@@ -198,7 +195,8 @@ class DecoderUnit(wiring.Component):
 
 class ScaleDecode:
     """Signals of one decoded block scale: ``(-1)**neg * sig * 2**(e_eff - K)``,
-    ``e_eff = max(E, 1)``, and ``nan`` for the format's NaN codes."""
+    ``e_eff = max(E, 1)`` (``E`` for a format without subnormals, E8M0), and ``nan`` for
+    the format's NaN codes."""
 
     def __init__(self, neg, sig, e_eff, nan):
         self.neg, self.sig, self.e_eff, self.nan = neg, sig, e_eff, nan
@@ -214,13 +212,11 @@ def decode_scale(m: Module, operand: OperandSpec, byte, *, name: str) -> ScaleDe
     e_eff = Signal(f.exp_bits, name=f"{name}_e")
     nan = Signal(name=f"{name}_nan")
     neg = Signal(name=f"{name}_neg")
-    if not f.subnormals:
-        raise ValueError(f"{f.name}: block scales without subnormals are not supported")
-    m.d.comb += [
-        sig.eq(Cat(man, e.any())),
-        e_eff.eq(Mux(e.any(), e, 1)),
-        neg.eq(code[f.bits - 1] if operand.scale_signed else 0),
-    ]
+    if f.subnormals:  # exponent field 0: subnormal, the binade of field 1
+        m.d.comb += [sig.eq(Cat(man, e.any())), e_eff.eq(Mux(e.any(), e, 1))]
+    else:  # no subnormals (E8M0): every field is a binade with the hidden 1
+        m.d.comb += [sig.eq(Cat(man, Const(1, 1))), e_eff.eq(e)]
+    m.d.comb += neg.eq(code[f.bits - 1] if operand.scale_signed else 0)
     mag_mask = (1 << (f.exp_bits + f.man_bits)) - 1
     nan_mags = sorted({int(c) & mag_mask for c in f.nan_codes})
     m.d.comb += nan.eq(Cat(*(code[:f.exp_bits + f.man_bits] == c for c in nan_mags)).any()

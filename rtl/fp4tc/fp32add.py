@@ -15,10 +15,11 @@ from amaranth.lib.wiring import In, Out
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
 
 from mactile.golden.tensorcore import FP32_QNAN
+from mactile.golden.elements import FP32
 
 __all__ = ["FP32Adder", "leading_zeros", "build_fp32_adder"]
 
-_MAN, _EXP = 23, 8
+_MAN, _EXP = FP32.man_bits, FP32.exp_bits
 _SIG = _MAN + 1      # significand with the hidden bit
 _GRS = 3             # guard, round, sticky
 _W = _SIG + _GRS     # aligned working width (27)

@@ -1,4 +1,4 @@
-"""The NVFP4 / RaZeR tensor core: one generator, parametric in array shape, decoders,
+"""The NVFP4 / MXFP4 / RaZeR tensor core: one generator, parametric in array shape, decoders,
 block-scale formats, accumulation format and pipeline (RaZeR Sec. 4.4, Fig. 4, Table 9).
 
 Datapath of one row (``rows`` copies share the activation decoder and scale)::
@@ -8,8 +8,8 @@ Datapath of one row (``rows`` copies share the activation decoder and scale)::
     B  block dot (sum of block_size/cols beats, exact) ; scale product sig_a*sig_w,
        exponent e_a + e_w, sign, NaN
        [cut "product"]
-    C  |dot| * sig_a*sig_w  (exact) -> FP32 pack (normalise, no rounding: exact by the
-       spec's check) or fixed-point shift
+    C  |dot| * sig_a*sig_w  (exact) -> FP32 pack (normalise; no rounding for NVFP4/RaZeR,
+       exact by the spec's check; E8M0 products are rounded to FP32) or fixed-point shift
        [cut "scaled"]
     D  accumulate: acc = round(acc + P) (FP32 adder, RNE) or acc + P (fixed) -> acc register
 
@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
 
-from mactile.golden.elements import FP4_E2M1
+from mactile.golden.elements import FP4_E2M1, FP32
 from mactile.golden.tensorcore import (ELEM_FRAC, FP32_QNAN, OFFSET_BITS, FixedAccumulator,
                                        FP32Accumulator, OperandSpec, tensor_core_spec)
 
@@ -38,7 +38,8 @@ PIPELINE_CUTS = ("input", "dot", "product", "scaled")
 #: Default cuts: three balanced stages before the accumulate loop (latency 3).
 DEFAULT_PIPELINE = ("dot", "scaled")
 
-_F32_MAN, _F32_BIAS = 23, 127
+_F32_MAN, _F32_BIAS = FP32.man_bits, FP32.bias
+_F32_EXP_TOP = (1 << FP32.exp_bits) - 1
 
 
 def _tree_sum(terms):
@@ -68,7 +69,7 @@ class TensorCore(wiring.Component):
         Element decoders: ``"fp4"`` (NVFP4), ``"razer"`` (weights, 2 offset registers),
         ``"razer-act"`` (1 offset register).
     weight_scale, act_scale : str
-        Block-scale formats, ``"e4m3"`` or ``"e3m3"``.
+        Block-scale formats, ``"e4m3"``, ``"e3m3"`` or ``"e8m0"`` (MXFP4).
     acc : str
         ``"fp32"`` (IEEE binary32, RNE; default) or ``"fixed"``.
     acc_int_bits, acc_frac_bits, acc_guard_bits : int | None
@@ -104,6 +105,9 @@ class TensorCore(wiring.Component):
 
     #: The accumulator adder (a class attribute so a test can swap in a broken one).
     adder_cls = FP32Adder
+    #: Rounding increment of a product rounded to FP32 (E8M0 scales): nearest, ties to
+    #: even (a static method so a test can swap in a broken one).
+    product_round_up = staticmethod(lambda lsb, guard, sticky: guard & (sticky | lsb))
 
     def __init__(self, *, rows: int = 16, cols: int = 16, block_size: int = 16,
                  weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
@@ -320,8 +324,10 @@ class TensorCore(wiring.Component):
         return m
 
     def _pack_fp32(self, m, r, mag, sign, e_sum, nan):
-        """Exact FP32 bits of ``(-1)**sign * mag * 2**(e_sum - K)`` (no rounding: the spec
-        guarantees at most 24 significant bits and a normal exponent)."""
+        """FP32 bits of ``(-1)**sign * mag * 2**(e_sum - K)``: exact where the spec
+        guarantees it (at most 24 significant bits and a normal exponent: NVFP4, RaZeR);
+        with E8M0 scales (:attr:`TensorCoreSpec.rounds_products`) rounded to binary32
+        (RNE, gradual underflow to a signed zero, overflow to +-Inf) as the golden model."""
         s = self.spec
         pw = len(mag)
         k = (s.weight.scale_format.bias + s.weight.scale_format.man_bits
@@ -329,17 +335,33 @@ class TensorCore(wiring.Component):
         lz = leading_zeros(m, mag, name=f"plz{r}")
         norm = Signal(pw, name=f"pnorm{r}")
         m.d.comb += norm.eq((mag << lz)[:pw])
-        field = Signal(signed(10), name=f"pexp{r}")
+        field = Signal(signed(max(10, len(e_sum) + 2)), name=f"pexp{r}")
         m.d.comb += field.eq(e_sum + (_F32_BIAS - k + pw - 1) - lz)
-        man = Cat(Const(0, _F32_MAN + 1 - pw), norm[:pw - 1]) if pw <= _F32_MAN + 1 else None
-        assert man is not None, "spec check guarantees products fit FP32"
+        assert pw <= _F32_MAN + 1, "spec check guarantees products fit FP32's significand"
+        sig24 = Cat(Const(0, _F32_MAN + 1 - pw), norm)  # hidden bit at 23
         out = Signal(32, name=f"pf32_{r}")
+        if s.rounds_products:
+            lim = _F32_MAN + 2  # a shift of 25 or more leaves less than half an ulp: zero
+            sh = Signal(range(lim + 1), name=f"psub_sh{r}")
+            m.d.comb += sh.eq(Mux(field < 1 - lim, lim, 1 - field))
+            wide = Signal(2 * (_F32_MAN + 1) + 2, name=f"psub_wide{r}")
+            m.d.comb += wide.eq(Cat(Const(0, lim + 1), sig24) >> sh)
+            kept = wide[lim + 1:]
+            guard, sticky = wide[lim], wide[:lim].any()
+            sub = Signal(_F32_MAN + 1, name=f"psub{r}")  # 2**23: rounds up to the smallest normal
+            m.d.comb += sub.eq(kept + self.product_round_up(kept[0], guard, sticky))
         with m.If(nan):
             m.d.comb += out.eq(FP32_QNAN)
         with m.Elif(mag == 0):
             m.d.comb += out.eq(0)
+        if s.rounds_products:
+            with m.Elif(field >= _F32_EXP_TOP):
+                m.d.comb += out.eq(Cat(Const(0, _F32_MAN), Const(_F32_EXP_TOP, FP32.exp_bits),
+                                       sign))
+            with m.Elif(field < 1):
+                m.d.comb += out.eq(Cat(sub, Const(0, 31 - len(sub)), sign))
         with m.Else():
-            m.d.comb += out.eq(Cat(man, field[:8], sign))
+            m.d.comb += out.eq(Cat(sig24[:_F32_MAN], field[:FP32.exp_bits], sign))
         return out
 
     def _pack_fixed(self, m, r, mag, sign, e_sum, nan):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mactile.golden.elements import FP16
 from mactile.golden.dialect import (FORMATBOOK, N_DIALECTS, CountTie, preprocess,
                                     quantize_index, select_two_stage, stage1_pair,
                                     stage2_counts)
@@ -271,7 +272,7 @@ class ChainBench(Bench):
             m = len(xb[lo:lo + per])
             t = m * b
             first = np.arange(t) % b == 0
-            garbage = rng.integers(0, 0x7C00, (t, b))
+            garbage = rng.integers(0, FP16.exp_mask, (t, b))
             x = garbage.copy()
             x[first] = xb[lo:lo + m]
             ins = {"valid": first.astype(np.int64)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mactile.golden.elements import FP16
 from mactile.golden.dialect import (FORMATBOOK, N_DIALECTS, beneficial_ranges,
                                     stage1_pair)
 
@@ -73,17 +74,19 @@ def corner_blocks(b: int, rng) -> dict[str, np.ndarray]:
     add("zero", _bits(np.full(b, 0x8000)))                          # all -0
     add("zero", _bits(rng.choice([0, 0x8000], b)))
     for _ in range(6):                                               # FP16 subnormals only
-        add("subnormal", _bits(rng.integers(0, 0x400, b) | (rng.integers(0, 2, b) << 15)))
+        add("subnormal", _bits(rng.integers(0, 1 << FP16.man_bits, b)
+                               | (rng.integers(0, 2, b) << (FP16.bits - 1))))
     add("subnormal", _bits(np.r_[1, np.zeros(b - 1, np.int64)]))       # the smallest one
-    add("subnormal", _bits(np.full(b, 0x3FF)))                      # the largest one
+    add("subnormal", _bits(np.full(b, FP16.man_mask)))              # the largest one
     for _ in range(4):                                               # exponent fields 0 and 1
-        add("subnormal+min-normal", _bits(rng.integers(0, 0x800, b)))
+        add("subnormal+min-normal", _bits(rng.integers(0, 2 << FP16.man_bits, b)))
     for m in range(16, 32):                                          # every rounding of the max
         for _ in range(2):
             codes = np.r_[m, rng.integers(0, m + 1, b - 1)]
             add("max-7.75" if m == 31 else "max-rounding", from_mag_trunc(codes, rng))
     for e in (1, 15, 30):                                            # 7.75 at several exponents
-        pat = np.r_[(e << 10) | 0x3C0 | rng.integers(0, 0x40), rng.integers(0, e << 10, b - 1)]
+        pat = np.r_[(e << FP16.man_bits) | 0x3C0 | rng.integers(0, 0x40),  # 1.1111 x 2**e
+                    rng.integers(0, e << FP16.man_bits, b - 1)]
         add("max-7.75", _bits(pat))
     for d in range(N_DIALECTS):                                      # every dialect
         for _ in range(3):
@@ -126,7 +129,7 @@ def mse_corner_blocks(b: int, rng) -> dict[str, np.ndarray]:
         q = np.r_[top, rng.choice(shared, b - 1)]
         out.setdefault("mse-tie", []).append((rng.permutation(q) / 8.0).astype(np.float16))
     out["mse-tie"].append(np.zeros(b, np.float16))
-    out["mse-tie"].append(np.full(b, np.float16(2.0 ** -24)))
+    out["mse-tie"].append(np.full(b, np.float16(FP16.min_value)))
     return {k: np.stack(v) for k, v in out.items()}
 
 
@@ -137,7 +140,8 @@ def random_blocks(n: int, b: int, rng) -> dict[str, np.ndarray]:
     out = {}
     for kind in RANDOM_KINDS:
         if kind == "fp16-bits":
-            pat = rng.integers(0, 0x7C00, (per, b)) | (rng.integers(0, 2, (per, b)) << 15)
+            pat = (rng.integers(0, FP16.exp_mask, (per, b))
+                   | (rng.integers(0, 2, (per, b)) << (FP16.bits - 1)))
             out[kind] = _bits(pat)
             continue
         if kind == "log-uniform":

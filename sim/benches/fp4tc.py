@@ -25,7 +25,8 @@ Each stream programs the offset registers (RaZeR), then starts with ``clear``.
     every code under every (select, sign); scale extremes: every pair of {0, smallest
     subnormal, largest subnormal, smallest normal, 1, largest} of both scale formats with
     all-max and all-min elements, negative scales (NVFP4), NaN scales (sticky until a
-    clear, and a clear under a NaN); exact cancellation to zero.
+    clear, and a clear under a NaN); exact cancellation to zero; with E8M0 scales, products
+    of random blocks rounded into FP32's subnormal range and across its overflow threshold.
 ``ties``
     Accumulator rounding ties: after a large first product, each block is built from the
     golden state so that ``acc + P`` lies exactly halfway between two FP32 numbers (odd
@@ -46,12 +47,12 @@ from __future__ import annotations
 import numpy as np
 
 from mactile.golden.conventions import require_default_convention
-from mactile.golden.elements import FP4_E2M1
-from mactile.golden.fp4blocks import NVFP4, SPECIAL_CODE, RaZeR, RaZeRAct, razer_offset_code, \
-    razer_offset_value
+from mactile.golden.elements import FP4_E2M1, FP32
+from mactile.golden.fp4blocks import razer_offset_code, razer_offset_value
+from mactile.golden.storage import SPECIAL_CODE, ZERO_CODE
 from mactile.golden.tensorcore import (ELEM_FRAC, OFFSET_BITS, OPERANDS, FixedAccumulator, FP32Accumulator,
-                                       OperandSpec, fp32_parts, fp32_rounding, interesting_fp32,
-                                       tensor_core_spec)
+                                       OperandSpec, default_specials, fp32_parts, fp32_rounding,
+                                       golden_format, interesting_fp32, tensor_core_spec)
 
 from ..bench import Bench, Stream, Vectors, pack_streams
 
@@ -65,11 +66,7 @@ _N_OFFSETS = 1 << OFFSET_BITS
 
 
 def _default_specials(op: OperandSpec) -> tuple[float, ...]:
-    if op.specials == 2:
-        return tuple(RaZeR().special_values)
-    if op.specials == 1:
-        return (RaZeRAct().special_value,)
-    return ()
+    return default_specials(op)
 
 
 def _layout(streams, expected_per_stream, lanes, idle=None):
@@ -207,21 +204,14 @@ class TensorCoreBench(Bench):
 
     # ------------------------------------------------------------------ golden formats
     def _w_format(self, specials=None):
-        """The golden quantizer of the weight operand (None where there is none)."""
-        op, bs = self.spec.weight, self.spec.block_size
-        if op is OPERANDS["nvfp4"]:
-            return NVFP4(block_size=bs)
-        if op is OPERANDS["razer"]:
-            return RaZeR(block_size=bs, **({} if specials is None else {"special_values": specials}))
-        return None
+        """The golden quantizer of the weight operand (None where there is none), with
+        the special magnitudes ``specials`` (default: the format's)."""
+        return golden_format(self.spec.weight, block_size=self.spec.block_size,
+                             specials=specials)
 
     def _a_format(self, special=None):
-        op, bs = self.spec.act, self.spec.block_size
-        if op is OPERANDS["nvfp4"]:
-            return NVFP4(block_size=bs)
-        if op is OPERANDS["razer-act"]:
-            return RaZeRAct(block_size=bs, **({} if special is None else {"special_value": special}))
-        return None
+        return golden_format(self.spec.act, block_size=self.spec.block_size,
+                             specials=None if special is None else (special,))
 
     # ------------------------------------------------------------------ streams
     def _stream(self, name, blocks: list[_Block | None], *, program=True, rng=None):
@@ -462,7 +452,8 @@ class TensorCoreBench(Bench):
             made.append((st, exp))
         return made, ({
             "gemv_shape": GEMV_SHAPE, "final_acc": [int(v) for v in final["acc"]],
-            "w_tensor_scale": float(qw.tensor_scale), "a_tensor_scale": float(qx.tensor_scale)})
+            "w_tensor_scale": None if qw.tensor_scale is None else float(qw.tensor_scale),
+            "a_tensor_scale": None if qx.tensor_scale is None else float(qx.tensor_scale)})
 
     # ---- corners
     def _scale_extremes(self, op: OperandSpec):
@@ -550,7 +541,32 @@ class TensorCoreBench(Bench):
                    _Block(neg, one_a, wc, np.full(R, one_w), False, wo, ao),
                    _Block(np.zeros(bs, int) | 8, one_a, wc, np.full(R, one_w), False, wo, ao)]
         made.append(self._stream("signed/NaN scales, cancellation", blocks, rng=rng))
+        if s.rounds_products:
+            made.append(self._stream("product rounding (E8M0)", self._rounding_blocks(rng),
+                                     rng=rng))
         return made, {}
+
+    def _rounding_blocks(self, rng):
+        """Blocks whose products land in FP32's subnormal range, around its smallest normal
+        and across its overflow threshold (E8M0 scales: :attr:`rounds_products`), with
+        random codes so that rounding has bits to drop; each block starts from a clear."""
+        s = self.spec
+        R, bs = s.rows, s.block_size
+        fa, fw = s.act.scale_format, s.weight.scale_format
+        k = fa.bias + fa.man_bits + fw.bias + fw.man_bits + 2 * ELEM_FRAC
+        wo, ao = self.reset_wo, self.reset_ao
+        blocks = []
+        tops = list(range(-152, -117)) + list(range(123, 131))  # exponent of P's top bit
+        for top in tops:
+            for _ in range(2):
+                total = top + k - (s.product_bits - 1)  # e_a + e_w for a full-width dot
+                ea = min(max(total // 2, 0), int(fa.max_code) >> fa.man_bits)
+                ew = min(max(total - ea, 0), int(fw.max_code) >> fw.man_bits)
+                ac = rng.integers(0, 16, bs)
+                wc = rng.integers(0, 16, (R, bs))
+                blocks.append(_Block(ac, ea << fa.man_bits, wc, np.full(R, ew << fw.man_bits),
+                                     True, wo, ao))
+        return blocks
 
     # ---- ties
     def _tie_block(self, state, rng, *, near=False):
@@ -563,7 +579,7 @@ class TensorCoreBench(Bench):
         fa, fw = s.act.scale_format, s.weight.scale_format
         # Elements: m lanes of 0.5 x 0.5 (one quarter unit each), the rest real zeros
         # (0b1000 where 0b0000 is the special code).
-        zero = 0b1000 if (s.act.specials or s.weight.specials) else 0
+        zero = ZERO_CODE if (s.act.specials or s.weight.specials) else 0
         half = int(FP4_E2M1.encode(0.5))
         # Power-of-two scales (mantissa 0): P = m * 2**(Ea + Ew - Ba - Bw - 2*ELEM_FRAC).
         need = []
@@ -602,6 +618,8 @@ class TensorCoreBench(Bench):
             # a large first product with many significant bits
             big_a = int(fa.max_code) - 8  # one binade below the top, full mantissa
             big_w = int(fw.max_code) - (1 << fw.man_bits)
+            if s.rounds_products:  # E8M0: the top binades overflow FP32; 2**10 and 2**6
+                big_a, big_w = int(fa.encode(2.0 ** 10)), int(fw.encode(2.0 ** 6))
             for _ in range(3):
                 ac = rng.integers(1, 8, s.block_size)
                 wc = rng.integers(1, 8, (s.rows, s.block_size))
@@ -652,16 +670,16 @@ class Fp32AddBench(Bench):
         third = total // 3
         # same binade, random sign and mantissa: cancellation and carries
         sl = slice(third, 2 * third)
-        b[sl] = (a[sl] & 0x7F800000) | rng.integers(0, 1 << 23, third) \
-            | (rng.integers(0, 2, third) << 31)
+        b[sl] = (a[sl] & FP32.exp_mask) | rng.integers(0, 1 << FP32.man_bits, third) \
+            | (rng.integers(0, 2, third) << (FP32.bits - 1))
         # ties and near ties relative to a's ulp
         for i in range(2 * third, total):
-            ai = int(a[i]) & 0x7FFFFFFF
-            e = max((ai >> 23), 1) - 150  # a's ulp exponent
+            ai = int(a[i]) & (FP32.exp_mask | FP32.man_mask)
+            e = max((ai >> FP32.man_bits), 1) - (FP32.bias + FP32.man_bits)  # a's ulp exponent
             m = int(rng.integers(0, 64)) * 2 + 1
             near = int(rng.integers(0, 2))
             shift = int(rng.integers(0, 30)) if rng.random() < 0.3 else 0
-            b[i] = fp32_round(int(rng.integers(0, 2)), m, e - 1 - near + shift) if ai < 0x7F800000 \
+            b[i] = fp32_round(int(rng.integers(0, 2)), m, e - 1 - near + shift) if ai < FP32.exp_mask \
                 else b[i]
         s = np.array([fp32_add_bits(int(x), int(y)) for x, y in zip(a, b)], np.int64)
         sh = (cycles, lanes)

@@ -57,7 +57,8 @@ def test_flags_only_for_design_commands(capsys):
 
 @pytest.mark.sim
 @pytest.mark.parametrize("name, flags", [("razer-tc", ["--rows", "2"]),
-                                         ("razer-weight-decoder", []), ("fp32-adder", [])])
+                                         ("razer-weight-decoder", []), ("fp32-adder", []),
+                                         ("mxfp4-tc", ["--rows", "2"]), ("mxfp4-decoder", [])])
 def test_generated_verilog_is_lint_clean(tmp_path, capsys, name, flags):
     from mactile.sim.hdl import verilator_bin_dir
 

@@ -170,6 +170,46 @@ def test_deterministic_and_graph_replay(rng):
     np.testing.assert_array_equal(a, e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get())
 
 
+@pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
+@pytest.mark.parametrize("M", [1, 40])
+def test_pdl_chain_reads_previous_layer(fmt, M, rng):
+    """Programmatic dependent launch: a chain of layers, each reading the previous layer's
+    output (the weights are prefetched before griddepcontrol.wait, the activations after),
+    eager and replayed from a CUDA graph, equals the same chain launched without PDL."""
+    cp = cupy()
+    e = _engine()
+    K = 1024
+    # weights of norm ~1 per output (std 1/32 over K = 1024): the values stay O(1) down the chain
+    pws = [pack_w4a16(fmt.quantize((rng.standard_normal((K, K)) / 32).astype(np.float32)),
+                      layouts=("frag",)).to(cp) for _ in range(4)]
+    x0 = cp.asarray((rng.standard_normal((M, K)) * 0.5).astype(np.float16))
+    cfg = e.config_for(fmt.name, M)
+
+    def chain(pdl, ys):
+        x = x0
+        for pw, y in zip(pws, ys):
+            e.gemm_fp4(x, pw, cfg=cfg, out=y, pdl=pdl)  # engine after engine: they overlap
+            x = y
+        return ys[-1]
+
+    ref = chain(False, [cp.empty((M, K), dtype=cp.float16) for _ in pws]).get()
+    assert np.isfinite(ref).all() and np.abs(ref).max() > 0
+    np.testing.assert_array_equal(ref, chain(True, [poisoned((M, K), np.float16) for _ in pws]).get())
+    ys = [cp.empty((M, K), dtype=cp.float16) for _ in pws]
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        chain(True, ys)  # warm-up: workspace and kernels
+        stream.begin_capture()
+        for _ in range(2):
+            chain(True, ys)
+        g = stream.end_capture()
+        for y in ys:
+            y.fill(np.nan)
+        g.launch(stream)
+        stream.synchronize()
+    np.testing.assert_array_equal(ref, ys[-1].get())
+
+
 def test_mxfp4_scale_window(rng):
     """MXFP4 weights whose non-zero block scales span more binades than the FP16 decode
     holds are refused by the packer, naming the span; within the window the result is exact."""

@@ -53,6 +53,13 @@ def test_default_ctas():
     assert e.default_ctas(224, 224 * 64, sms=132) == 132  # 112 CTAs would idle 15%: stream-K
     assert e.default_ctas(190, 190 * 64, sms=132) == 132  # no divisor near 132: stream-K
     assert e.default_ctas(3, 5, sms=132) == 5  # capped by the work
+    # few tiles: parts capped by the weight bytes per tile (the last arriver's reduction)
+    assert e.default_ctas(1, 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 12
+    assert e.default_ctas(1, 224, sms=132, tile_bytes=256 * 14336 * 9 // 16) == 22
+    assert e.default_ctas(16, 16 * 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 16 * 8  # sms // tiles
+    assert e.weight_bytes_per_element("nvfp4") == 0.5 + 1 / 16
+    assert e.weight_bytes_per_element("nestedfp16") == 2.0
+    assert e.use_pdl(1) and e.use_pdl(e.PDL_MAX_M) and not e.use_pdl(e.PDL_MAX_M + 1)
 
 
 def test_engine_choice():
@@ -92,3 +99,18 @@ def _mangled(expr):
     args = expr[expr.index("<") + 1:-1].split(",")
     return ("_ZN2mt11engine_gemmIL" + "".join(f"i{int(a)}EL" for a in args)[:-1] + "EEvN3ptx9TensorMapES2_S2_PKhS4_"
             "PKfPvPfPiiiiiiifijjjjj")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_every_kernel_family_compiles():
+    """Each prebuilt family's source (engine, CUDA-core/W4A4/ReSET, FlexQ, NestedFP) builds
+    with nvcc with one of its instances kept: non-template kernels and every non-dependent
+    name are compiled (a generated id used outside its namespace once broke only the
+    prebuild of w4a4.cu)."""
+    from mactile.gpu.prebuilt import _jobs
+    from mactile.gpu.runtime import nvcc_check
+    for source, names in _jobs():
+        first = sorted(set(names))[0]
+        rep = nvcc_check(source + f"\nnamespace {{ void* keep_[] = {{ (void*)&{first} }}; }}\n",
+                         extra=("-diag-suppress", "177"))  # raises with the log on an error
+        assert rep.kernels, first

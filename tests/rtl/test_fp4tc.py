@@ -65,7 +65,7 @@ def test_decoder_parameters():
     d = DecoderUnit(operand="razer", specials=[2.5, 9.5])
     assert d.reset_offsets == (0b1111, 0b0111)
     with pytest.raises(ValueError, match="unknown operand"):
-        DecoderUnit(operand="mxfp4")
+        DecoderUnit(operand="int4")
     with pytest.raises(ValueError, match="needs 1 special"):
         DecoderUnit(operand="razer-act", specials=[5.0, 6.0])
     with pytest.raises(ValueError, match="off the 0.5 grid"):

@@ -24,8 +24,7 @@ import pytest
 pytest.importorskip("amaranth")
 pytest.importorskip("cocotb")
 
-from mactile.golden import NVFP4, RaZeR, RaZeRAct  # noqa: E402
-from mactile.golden.tensorcore import epilogue, tensor_core_spec  # noqa: E402
+from mactile.golden.tensorcore import epilogue, golden_format, tensor_core_spec  # noqa: E402
 from mactile.rtl.fp4tc.decoders import DecoderUnit, ElementDecoder  # noqa: E402
 from mactile.rtl.fp4tc.fp32add import FP32Adder  # noqa: E402
 from mactile.rtl.fp4tc.tensorcore import TensorCore  # noqa: E402
@@ -61,7 +60,7 @@ def _ok(r):
 
 # ------------------------------------------------------------------------------- decoders
 @pytest.mark.parametrize("name, settings", [("nvfp4-decoder", 1), ("razer-act-decoder", 16),
-                                            ("razer-weight-decoder", 256)])
+                                            ("razer-weight-decoder", 256), ("mxfp4-decoder", 1)])
 def test_decoder_exhaustive(name, settings, sim_run):
     r = _ok(sim_run(name, suite="exhaustive"))
     assert r.notes["register_settings"] == settings
@@ -80,7 +79,7 @@ def test_fp32_adder_random(sim_run):
 
 
 # ------------------------------------------------------------------------------- 16 x 16
-CORES = ["nvfp4-tc", "razer-tc"]
+CORES = ["nvfp4-tc", "razer-tc", "mxfp4-tc"]
 
 
 @pytest.mark.parametrize("name", CORES)
@@ -90,11 +89,12 @@ def test_tensor_core_gemv_end_to_end(name, sim_run):
     seed = 7
     r = _ok(sim_run(name, suite="gemv", lanes=1, seed=seed))
     spec = tensor_core_spec(**{k: v for k, v in DESIGNS[name].params.items()})
-    wf, af = (NVFP4(), NVFP4()) if name == "nvfp4-tc" else (RaZeR(), RaZeRAct())
+    wf, af = golden_format(spec.weight), golden_format(spec.act)
     qw, qx = gemv_operands(wf, af, np.random.default_rng(seed))
     golden = spec.gemv(qw, qx)
     assert r.notes["final_acc"] == [int(v) for v in golden["acc"]]
-    assert r.vectors == 64 * 256 // (16 * 16)  # every block step of every tile checked
+    beats = spec.beats  # every cycle of every tile checked from its first block's last beat
+    assert r.vectors == 64 // 16 * (256 // spec.block_size * beats - (beats - 1))
     # and the whole chain (tensor scales applied outside the core) is the quantized GEMV
     y = epilogue(golden["acc"], qw.tensor_scale, qx.tensor_scale)
     ref = qw.dequantize() @ qx.dequantize()
@@ -160,6 +160,20 @@ class _SignFlipUnit(DecoderUnit):
 def test_broken_accumulator_rounding_is_caught(sim_run):
     r = sim_run("nvfp4-tc", suite="ties", lanes=1, params={"rows": 1},
                 component=_TiesAwayCore(rows=1))
+    assert r.vectors > 0 and r.mismatched > 0
+
+
+class _TruncatingProductCore(TensorCore):
+    product_round_up = staticmethod(lambda lsb, guard, sticky: 0)  # MXFP4 products truncated
+
+
+def test_broken_product_rounding_is_caught(sim_run):
+    """The E8M0 corners (scales 2**-127 x 2**-127 and the like) round products into FP32's
+    subnormal range: a core that truncates them fails."""
+    params = {**DESIGNS["mxfp4-tc"].params, "rows": 1}
+    params.pop("w_specials"), params.pop("a_specials")
+    r = sim_run("mxfp4-tc", suite="corners", lanes=1, params={"rows": 1},
+                component=_TruncatingProductCore(**params))
     assert r.vectors > 0 and r.mismatched > 0
 
 

@@ -38,7 +38,7 @@ def testbench(rtl, stimulus: dict, cycles: int, work: Path) -> Path:
     for p in rtl.ports:
         if p.name == rtl.clock:
             continue
-        if p.direction == "input":
+        if p.is_input:
             lines.append(f"reg [{p.width - 1}:0] {p.name} = 0;")
             if p.name != rtl.reset:
                 lines.append(f"reg [{p.width - 1}:0] m_{p.name} [0:{cycles - 1}];")

@@ -50,3 +50,28 @@ def test_compare_ratios_and_units():
     assert rows["INT8"]["ours"]["fmax_mhz"] == pytest.approx(1e3 / 1.5)
     md = format_paper_markdown([c])
     assert "| INT8 | mac-int8 | 554.34 | 800.0 | 2.23 | 2.00 |" in md
+
+
+def test_cross_format_table():
+    """NVFP4 vs MXFP4 vs RaZeR tensor cores: ratios over NVFP4, energy per MAC =
+    power x clock / (rows x cols), and the paper view prints the table."""
+    from dataclasses import replace
+
+    from mactile.synth.paper import cross_format, load_comparisons, paper_configs
+
+    (spec,) = [c for c in load_comparisons() if c["id"] == "fp4-tc-formats"]
+    assert spec["designs"] == ["nvfp4-tc", "mxfp4-tc", "razer-tc"]
+    tc = {"rows": 16, "cols": 16}
+    res = [replace(_result("nvfp4-tc", 1000.0, 128.0), params=tc),
+           replace(_result("mxfp4-tc", 900.0, 64.0), params=tc)]
+    (c,) = cross_format([spec], res)
+    rows = {x["design"]: x for x in c["rows"]}
+    assert rows["nvfp4-tc"]["energy_pj_per_mac"] == pytest.approx(128.0 * 2.0 / 256)
+    assert rows["mxfp4-tc"]["ratio"] == pytest.approx({"area": 0.9, "power": 0.5,
+                                                       "energy_pj_per_mac": 0.5})
+    assert rows["razer-tc"]["status"] == "not built"
+    md = format_paper_markdown([], [c])
+    assert "| mxfp4-tc | 900.0 | 0.90 | 64 | 0.50 | 667 | 256 | 0.5000 | 0.50 | met |" in md
+    cfg = paper_configs(load_tables(), {"nvfp4-tc", "mxfp4-tc", "razer-tc"}, [spec])
+    assert [x.designs for x in cfg if x.pdk == "nangate45"] == [("nvfp4-tc", "razer-tc",
+                                                                 "mxfp4-tc")]
