@@ -251,8 +251,11 @@ def test_killed_sweep_resumes_where_it_stopped(tools, tmp_path):
         while time.monotonic() < deadline and proc.poll() is None:
             if db.exists():
                 with closing(sqlite3.connect(db)) as c:
-                    if c.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 1:
-                        break
+                    try:
+                        if c.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 1:
+                            break
+                    except sqlite3.OperationalError:  # created, its table not yet
+                        pass
             time.sleep(0.2)
         assert proc.poll() is None, "the sweep ended before it could be killed"
     finally:
