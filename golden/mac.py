@@ -30,6 +30,17 @@ exponent fields (:data:`mactile.golden.dialect.SE_BIAS` = 17); the block's parti
 inside the unit; the paper's conversion of this partial sum to FP16 belongs to the next
 stage (cross-block accumulation), not to the Table 5 MAC.
 
+Two operand forms for DialectFP4 (option ``dialect_input``): ``dequantized`` (the paper's
+MAC, Sec. 3.3 and Fig. 6: "dequantized to 5-bit (previous 1-bit sign, 4-bit unsigned
+integer) before multiplication", the formatbook lookup being the dequantizer's job, once per
+block and shared by the MACs; the operand is ``sign << 4 | q``, and the block exponent sum
+is the block-end stage's) and ``codes`` (the MAC looks up ``q`` from the code and the
+dialect id itself and keeps the block-end exponent register; a variant).
+
+Two accumulator sizings (option ``acc_sizing``): ``exact`` (the narrowest two's-complement
+width that holds ``terms`` worst-case products) and ``headroom`` (product width plus
+``ceil(log2(terms))`` guard bits, the textbook sizing). For every Table 5 row they agree.
+
 Two multipliers for DialectFP4 (Sec. 4.3): ``uint4`` ("Ours": a 4b x 4b unsigned
 multiplier and an XOR) and ``int4`` ("Ours-INT4": a stock signed INT4 multiplier on the
 upper three magnitude bits plus shift-and-add logic for the residual fifth bit; see
@@ -49,7 +60,8 @@ from .elements import ELEMENT_FORMATS, FloatFormat, IntFormat, Specials
 
 __all__ = [
     "MacKind", "DialectMultiplier", "MacDatapath", "Operand", "signed_width",
-    "DIALECT_CODE_BITS", "DIALECT_ID_BITS", "SE_FIELD_BITS",
+    "DIALECT_CODE_BITS", "DIALECT_ID_BITS", "SE_FIELD_BITS", "DEQUANT_BITS",
+    "DIALECT_INPUTS", "ACC_SIZINGS",
 ]
 
 #: DialectFP4 element code: 1 sign bit + 3 index bits.
@@ -60,6 +72,12 @@ DIALECT_ID_BITS = int(N_DIALECTS - 1).bit_length()
 SE_FIELD_BITS = 5
 #: Operand format name that selects DialectFP4 operands.
 DIALECT = "dialectfp4"
+#: A dequantized DialectFP4 operand: 1 sign bit + the 4-bit unsigned q (Sec. 3.3).
+DEQUANT_BITS = 5
+#: ``dialect_input`` choices: the dequantizer's sign + q, or codes + dialect id.
+DIALECT_INPUTS = ("dequantized", "codes")
+#: ``acc_sizing`` choices (see the module docstring).
+ACC_SIZINGS = ("exact", "headroom")
 
 
 class MacKind(enum.Enum):
@@ -144,6 +162,13 @@ class MacDatapath:
         Products one sum may hold (the paper's 64); sets the accumulator width.
     multiplier : DialectMultiplier or str
         DialectFP4 only: ``uint4`` (default, "Ours") or ``int4`` ("Ours-INT4").
+    dialect_input : {"codes", "dequantized"}
+        DialectFP4 only: what an operand is. ``dequantized`` (the paper's MAC):
+        ``sign << 4 | q`` from the dequantizer, no dialect ids and no block-end exponent
+        in the unit. ``codes`` (default here for the golden API; a variant in the
+        registry): ``sign << 3 | index`` with a per-term dialect id and exponent fields.
+    acc_sizing : {"exact", "headroom"}
+        How ``acc_bits`` follows from ``terms`` (module docstring).
 
     Examples
     --------
@@ -159,8 +184,16 @@ class MacDatapath:
     w_format: str
     terms: int = 64
     multiplier: DialectMultiplier = DialectMultiplier.UINT4
+    dialect_input: str = "codes"
+    acc_sizing: str = "exact"
 
     def __post_init__(self):
+        if self.dialect_input not in DIALECT_INPUTS:
+            raise ValueError(f"dialect_input must be one of {list(DIALECT_INPUTS)}, "
+                             f"got {self.dialect_input!r}")
+        if self.acc_sizing not in ACC_SIZINGS:
+            raise ValueError(f"acc_sizing must be one of {list(ACC_SIZINGS)}, "
+                             f"got {self.acc_sizing!r}")
         if not isinstance(self.terms, int) or isinstance(self.terms, bool) or self.terms < 1:
             raise ValueError(f"terms must be a positive integer, got {self.terms!r}")
         try:
@@ -180,6 +213,8 @@ class MacDatapath:
                              "of one kind (both integer or both floating point)")
         if self.multiplier is not DialectMultiplier.UINT4:
             raise ValueError("multiplier applies to DialectFP4 operands only")
+        if self.dialect_input != "codes":
+            raise ValueError("dialect_input applies to DialectFP4 operands only")
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -187,6 +222,12 @@ class MacDatapath:
         if self.a_format == DIALECT:
             return MacKind.DIALECT
         return _element(self.a_format, "a")[0]
+
+    @property
+    def decodes(self) -> bool:
+        """DialectFP4 with ``codes`` operands: the unit looks ``q`` up itself and has the
+        dialect-id and exponent-field inputs and the ``exp`` output."""
+        return self.kind is MacKind.DIALECT and self.dialect_input == "codes"
 
     @property
     def a_spec(self) -> IntFormat | FloatFormat | None:
@@ -200,7 +241,9 @@ class MacDatapath:
     def code_bits(self, side: str) -> int:
         """Width of an operand code (``side`` is ``"a"`` or ``"w"``)."""
         spec = self._spec(side)
-        return DIALECT_CODE_BITS if spec is None else spec.bits
+        if spec is None:
+            return DIALECT_CODE_BITS if self.decodes else DEQUANT_BITS
+        return spec.bits
 
     def _spec(self, side):
         if side not in ("a", "w"):
@@ -221,7 +264,7 @@ class MacDatapath:
     def product_table(self) -> np.ndarray:
         """Every product: ``[a_code, w_code]`` (int/float) or
         ``[a_dialect, w_dialect, a_code, w_code]`` (DialectFP4), read-only int64."""
-        if self.kind is MacKind.DIALECT:
+        if self.decodes:
             d = np.arange(N_DIALECTS)[:, None, None, None]
             e = np.arange(N_DIALECTS)[None, :, None, None]
             a = np.arange(1 << DIALECT_CODE_BITS)[None, None, :, None]
@@ -255,6 +298,8 @@ class MacDatapath:
     @property
     def acc_bits(self) -> int:
         """Accumulator width: ``terms`` worst-case products cannot overflow it."""
+        if self.acc_sizing == "headroom":
+            return self.product_bits + (self.terms - 1).bit_length()
         return signed_width(*self.acc_range)
 
     @property
@@ -269,7 +314,8 @@ class MacDatapath:
         return signed_width(*self.exp_range)
 
     def describe(self) -> str:
-        extra = f", multiplier={self.multiplier.value}" if self.kind is MacKind.DIALECT else ""
+        extra = (f", multiplier={self.multiplier.value}, input={self.dialect_input}"
+                 if self.kind is MacKind.DIALECT else "")
         return f"mac({self.a_format} x {self.w_format}, terms={self.terms}{extra})"
 
     # ------------------------------------------------------------------ stages
@@ -278,6 +324,8 @@ class MacDatapath:
         spec = self._spec(side)
         c = self._check_codes(codes, side)
         z = np.zeros_like(c)
+        if self.kind is MacKind.DIALECT and not self.decodes:
+            return Operand(sign=c >> 4, value=z, sig=z, shift=z, q=c & 15)
         if self.kind is MacKind.DIALECT:
             if dialect is None:
                 raise ValueError(f"{side}: DialectFP4 operands need their dialect id")
@@ -419,6 +467,8 @@ class MacDatapath:
     def decode_operand(self, code: int, side: str, dialect: int | None = None) -> str:
         """One operand in words, for mismatch reports: ``0xe (int4 -2)``."""
         code = int(code)
+        if self.kind is MacKind.DIALECT and not self.decodes:
+            return f"0x{code:x} ({'-' if code >> 4 else '+'}{code & 15}/2)"
         if self.kind is MacKind.DIALECT:
             q = int(FORMATBOOK[int(dialect), code & 7])
             s = "-" if code >> 3 else "+"

@@ -104,15 +104,18 @@ def _mac(name: str) -> Design:
     from mactile.golden.mac import MacDatapath
     from mactile.rtl.mac.presets import mac_presets
     p = mac_presets()[name]
-    features = {k: v for k, v in p["params"].items() if k != "product_register"}
+    features = {k: v for k, v in p["params"].items()
+                if k not in ("product_register", "keep_hierarchy")}
     summary = f"{p['summary']}; {MacDatapath(**features).acc_bits}-bit accumulator"
     return Design(name, summary, builder="mactile.rtl.mac.unit:build_mac",
-                  params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']})",
+                  params=p["params"], reference=f"BlockDialect (001) Sec. 4.3, Table 5 ({p['table5']}"
+                  + (f"; variant: {p['variant']})" if p.get("variant") else ")"),
                   group="blockdialect-table5")
 
 
 for _name in ("mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "mac-fp6-e3m2",
-              "mac-dialectfp4", "mac-dialectfp4-int4"):
+              "mac-dialectfp4", "mac-dialectfp4-int4", "mac-dialectfp4-decode",
+              "mac-dialectfp4-int4-decode"):
     DESIGNS[_name] = _mac(_name)
 
 
@@ -133,12 +136,20 @@ DESIGNS["dialect-dequantizer"] = Design(
     reference="BlockDialect (001) Sec. 3.3, Fig. 6, Table 6", group="blockdialect-table6")
 DESIGNS["dialect-mse-selector"] = Design(
     "dialect-mse-selector",
-    "DialectFP4 quantizer choosing the dialect by fixed-point MSE over all 16 dialects "
-    "(Table 7's comparison point)",
+    "DialectFP4 quantizer choosing the dialect by fixed-point MSE: 16 dialects as rounds, "
+    "8 per cycle on a held block (Table 7's comparison point; latency 8)",
     builder="mactile.rtl.dialect.mse:DialectMseSelector",
-    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6,
+    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6, "dialects_per_cycle": 8,
             "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
     reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7")
+DESIGNS["dialect-mse-selector-parallel"] = Design(
+    "dialect-mse-selector-parallel",
+    "DialectFP4 MSE selector, all 16 dialects in parallel, a block every cycle (variant)",
+    builder="mactile.rtl.dialect.mse:DialectMseSelector",
+    params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6, "dialects_per_cycle": 16,
+            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
+    reference="BlockDialect (001) Sec. 4.3, Table 7 (variant: fully parallel)",
+    group="blockdialect-table7")
 
 
 DESIGNS["dialect-chain"] = Design(

@@ -25,7 +25,11 @@ record the flow writes (``activity_method``):
 
 The stimulus comes from the design's own testbench stimulus where the simulation harness
 provides one (:func:`stimulus_for`), else uniform random words on every data input
-(each bit toggles with probability 1/2 per cycle). The source is recorded too.
+(each bit toggles with probability 1/2 per cycle). With a *workload*
+(:mod:`mactile.sim.workloads`: ``minilm``, real all-MiniLM-L6-v2 layer data, or
+``synthetic``) the benches that can drive one build their stimulus from that layer's
+operands instead (``workload_vectors``); the others keep their suite. The source is
+recorded too, naming the workload.
 """
 from __future__ import annotations
 
@@ -63,6 +67,12 @@ class ActivityOptions:
         Stimulus cycles measured or simulated.
     seed : int
         Seed of the stimulus.
+    workload : {"bench", "minilm", "synthetic"}
+        ``bench``: each design's test suite; else a layer's operands
+        (:mod:`mactile.sim.workloads`) where the bench can drive them.
+    reuse : int
+        Quantizers under a workload: cycles per activation block (0: the layer's output
+        width, one block per pass over the weight rows).
     """
 
     method: str = "auto"
@@ -70,8 +80,17 @@ class ActivityOptions:
     global_duty: float = 0.5
     cycles: int = DEFAULT_CYCLES
     seed: int = DEFAULT_SEED
+    workload: str = "bench"
+    reuse: int = 0
 
     def __post_init__(self):
+        from mactile.sim.workloads import WORKLOADS
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, "
+                             f"got {self.workload!r}")
+        if not isinstance(self.reuse, int) or self.reuse < 0:
+            raise ValueError(f"reuse must be a non-negative integer (0: the layer's output "
+                             f"width), got {self.reuse!r}")
         if self.method not in METHODS:
             raise ValueError(f"activity method must be one of {', '.join(METHODS)}, "
                              f"got {self.method!r}")
@@ -84,8 +103,11 @@ class ActivityOptions:
             raise ValueError(f"stimulus cycles must be at least 2, got {self.cycles}")
 
     def key(self) -> dict:
-        return {"method": self.method, "global_activity": self.global_activity,
-                "global_duty": self.global_duty, "cycles": self.cycles, "seed": self.seed}
+        key = {"method": self.method, "global_activity": self.global_activity,
+               "global_duty": self.global_duty, "cycles": self.cycles, "seed": self.seed}
+        if self.workload != "bench":  # absent from the default key: old cache entries stay valid
+            key.update(workload=self.workload, reuse=self.reuse)
+        return key
 
 
 @dataclass(frozen=True)
@@ -174,8 +196,8 @@ def uniform_stimulus(rtl: Rtl, cycles: int, seed: int) -> dict[str, list[int]]:
     return out
 
 
-def harness_stimulus(rtl: Rtl, cycles: int, seed: int
-                     ) -> tuple[dict[str, list[int]], str] | None:
+def harness_stimulus(rtl: Rtl, cycles: int, seed: int, workload: str = "bench",
+                     reuse: int = 0) -> tuple[dict[str, list[int]], str] | None:
     """The design's own testbench stimulus from the simulation harness, or None.
 
     The registry design's bench (:data:`mactile.sim.benches.BENCHES`) builds its
@@ -193,6 +215,18 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
     if not bench_path(design):
         return None
     bench = load_bench(design)(**rtl.params)
+    if workload != "bench" and hasattr(bench, "workload_vectors"):
+        from mactile.sim.workloads import load_workload
+        wl = load_workload(workload)
+        vec = bench.workload_vectors(wl, cycles, np.random.default_rng(seed), reuse=reuse)
+        stim = {name: [int(v) for v in np.asarray(arr)] for name, arr in vec.items()}
+        n = len(next(iter(stim.values())))
+        for port in rtl.data_inputs:
+            stim.setdefault(port.name, [0] * n)
+        extra = ""
+        if "valid" in vec and np.asarray(vec["valid"]).mean() < 1:
+            extra = f", one input block per {round(1 / max(np.asarray(vec['valid']).mean(), 1e-9))} cycles"
+        return stim, f"workload {wl.name}{extra}"
     suite = bench.activity_suite or bench.suites[0]
     vec = bench.vectors(suite, lanes=1, count=cycles, rng=np.random.default_rng(seed))
     stim = {name: [int(v) for v in np.asarray(arr)[:, 0]] for name, arr in vec.inputs.items()}
@@ -200,14 +234,18 @@ def harness_stimulus(rtl: Rtl, cycles: int, seed: int
     n = vec.cycles
     for port in rtl.data_inputs:
         stim.setdefault(port.name, [0] * n)
-    return stim, f"{bench_path(design).rpartition(':')[2]} '{suite}' suite (golden-derived)"
+    note = (f" (workload {workload} not supported by this bench)"
+            if workload != "bench" else "")
+    return stim, f"{bench_path(design).rpartition(':')[2]} '{suite}' suite (golden-derived){note}"
 
 
-def stimulus_for(rtl: Rtl, cycles: int = DEFAULT_CYCLES, seed: int = DEFAULT_SEED
+def stimulus_for(rtl: Rtl, cycles: int = DEFAULT_CYCLES, seed: int = DEFAULT_SEED,
+                 workload: str = "bench", reuse: int = 0
                  ) -> tuple[dict[str, list[int]], str]:
-    """The design's stimulus: its testbench's (:func:`harness_stimulus`) where it has
-    one, else uniform random words (:func:`uniform_stimulus`)."""
-    got = harness_stimulus(rtl, cycles, seed)
+    """The design's stimulus: its testbench's (:func:`harness_stimulus`, under
+    ``workload`` where the bench can drive it) where it has one, else uniform random
+    words (:func:`uniform_stimulus`)."""
+    got = harness_stimulus(rtl, cycles, seed, workload, reuse)
     if got is not None:
         return got
     return uniform_stimulus(rtl, cycles, seed), "uniform-random"

@@ -330,7 +330,8 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
     method = _activity_method(opts.activity, sta)
     stimulus, port_act = None, None
     if method in ("ports", "vcd", "sim"):
-        stimulus, source = stimulus_for(rtl, opts.activity.cycles, opts.activity.seed)
+        stimulus, source = stimulus_for(rtl, opts.activity.cycles, opts.activity.seed,
+                                        opts.activity.workload, opts.activity.reuse)
         port_act = measure_port_activity(rtl, stimulus, source=source)
     activity_text = port_act.tcl() if port_act else ""
     if stimulus is not None:  # the simulations see every value, not only the port rates

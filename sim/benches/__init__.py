@@ -19,10 +19,12 @@ _FP4TC = "mactile.sim.benches.fp4tc"
 #: Registry design name -> ``"module:callable"`` building its bench from its parameters.
 BENCHES: dict[str, str] = {
     **{name: _MAC for name in ("mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3",
-                               "mac-fp6-e3m2", "mac-dialectfp4", "mac-dialectfp4-int4")},
+                               "mac-fp6-e3m2", "mac-dialectfp4", "mac-dialectfp4-int4",
+                               "mac-dialectfp4-decode", "mac-dialectfp4-int4-decode")},
     "dialect-quantizer": f"{_DIALECT}:QuantizerBench",
     "dialect-dequantizer": f"{_DIALECT}:DequantizerBench",
     "dialect-mse-selector": f"{_DIALECT}:MseSelectorBench",
+    "dialect-mse-selector-parallel": f"{_DIALECT}:MseSelectorBench",
     "dialect-chain": f"{_DIALECT}:ChainBench",
     "nvfp4-decoder": f"{_FP4TC}:DecoderBench",
     "mxfp4-decoder": f"{_FP4TC}:DecoderBench",

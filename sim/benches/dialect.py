@@ -112,6 +112,23 @@ class _BlockBench(Bench):
         return Vectors(inputs, expected, mask, labels=labels, label_names=names,
                        notes={"dialects_hit": hit.tolist(), "streams": names})
 
+    def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
+        """Stimulus of a real layer: its activation blocks (FP16, consecutive
+        ``block_size`` slices of each token's row), one entering every ``reuse`` cycles
+        (default: the layer's output width, as one block serves every weight row) with
+        ``valid`` on that cycle and the inputs held in between. ``{port: (cycles,)}``."""
+        b = self.block_size
+        r = workload.default_reuse if reuse in (None, 0) else int(reuse)
+        r = max(r, getattr(self, "rounds", 1))
+        blocks = workload.activations.reshape(-1, b).astype(np.float16)
+        n = -(-cycles // r)
+        blocks = blocks[np.arange(n) % len(blocks)]
+        bits = blocks.view(np.uint16).astype(np.int64)
+        idx = np.arange(cycles) // r
+        out = {p: bits[idx, j] for j, p in enumerate(_x_ports(b))}
+        out["valid"] = (np.arange(cycles) % r == 0).astype(np.int64)
+        return out
+
     def describe(self, vectors: Vectors, mismatch: Mismatch, got) -> str:
         c, l = mismatch.cycle, mismatch.lane
         b = self.block_size
@@ -147,9 +164,47 @@ class MseSelectorBench(_BlockBench):
     :func:`mactile.golden.dialect_mse.quantize_fixed_mse`."""
 
     def __init__(self, *, block_size: int = 32, frac_bits: int = 6, err_frac_bits: int = 6,
-                 registers=None):
+                 registers=None, dialects_per_cycle: int = 16):
         super().__init__(block_size=block_size)
         self.spec = MseFixedPoint(frac_bits=frac_bits, err_frac_bits=err_frac_bits)
+        self.rounds = N_DIALECTS // dialects_per_cycle
+
+    def streams(self, suite, count, rng):
+        """With rounds, every block is followed by ``rounds - 1`` bubbles carrying random
+        blocks (the unit takes a block every ``rounds`` cycles)."""
+        out = super().streams(suite, count, rng)
+        if self.rounds == 1:
+            return out
+        spaced = []
+        for st in out:
+            n = len(st.inputs["valid"])
+            idx = np.repeat(np.arange(n), self.rounds)
+            first = np.tile(np.arange(self.rounds) == 0, n)
+            ins = {}
+            for p, v in st.inputs.items():
+                v = np.asarray(v)[idx]
+                if p == "valid":
+                    v = np.where(first, v, 0)
+                else:
+                    v = np.where(first, v, rng.integers(0, 0x7C00, len(v)))
+                ins[p] = v
+            spaced.append(Stream(st.name, ins))
+        return spaced
+
+    def vectors(self, suite, *, lanes, count, rng):
+        vec = super().vectors(suite, lanes=lanes, count=count, rng=rng)
+        if self.rounds == 1:
+            return vec
+        # Outputs hold the last valid block's result (zero after reset) between pulses.
+        valid = vec.inputs["valid"] == 1
+        t = np.arange(valid.shape[0])[:, None]
+        last = np.maximum.accumulate(np.where(valid, t, -1), axis=0)
+        for p, e in vec.expected.items():
+            if p == "out_valid":
+                continue
+            held = np.take_along_axis(e, np.maximum(last, 0), axis=0)
+            vec.expected[p] = np.where(last >= 0, held, 0)
+        return vec
 
     def golden(self, x16):
         se, dialect, codes, _ = quantize_fixed_mse(x16, self.spec)
@@ -167,6 +222,22 @@ class DequantizerBench(Bench):
 
     def __init__(self, *, block_size: int = 32, registered: bool = True):
         self.block_size = block_size
+
+    def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
+        """Stimulus of a real layer: its weight blocks quantized by the golden DialectFP4
+        MSE selection (as pre-quantized weights are), one block per cycle (the dequantizer
+        feeds the MACs a new weight block every cycle). ``{port: (cycles,)}``."""
+        from mactile.golden.dialect import DialectFP4, DialectSelect
+
+        b = self.block_size
+        blocks = workload.weights.reshape(-1, b)[:cycles]
+        blocks = blocks[np.arange(cycles) % len(blocks)]
+        q = DialectFP4(block_size=b, select=DialectSelect.MSE).quantize(blocks)
+        codes = q.codes.reshape(cycles, b)
+        out = {f"codes__{j}": codes[:, j].astype(np.int64) for j in range(b)}
+        out["dialect"] = q.meta.reshape(cycles).astype(np.int64)
+        out["valid"] = np.ones(cycles, np.int64)
+        return out
 
     @staticmethod
     def golden(codes: np.ndarray, dialect: np.ndarray) -> np.ndarray:
@@ -232,7 +303,7 @@ class ChainBench(Bench):
         from mactile.rtl.registry import get_design
 
         self.block_size = block_size
-        mac = dict(get_design("mac-dialectfp4").params) if mac is None else mac
+        mac = dict(get_design("mac-dialectfp4-decode").params) if mac is None else mac
         self.dp = MacDatapath(a_format=mac["a_format"], w_format=mac["w_format"],
                               terms=mac["terms"], multiplier=mac["multiplier"])
         self._registers = registers

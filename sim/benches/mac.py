@@ -21,12 +21,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from mactile.golden.dialect import N_DIALECTS, DialectFP4, DialectSelect
+from mactile.golden.dialect import FORMATBOOK, N_DIALECTS, DialectFP4, DialectSelect
 from mactile.golden.mac import (DIALECT_CODE_BITS, SE_FIELD_BITS, MacDatapath, MacKind)
 
 from ..bench import Bench, Mismatch, Stream, Vectors, pack_streams
 
-__all__ = ["MacBench"]
+__all__ = ["MacBench", "dequantize_codes"]
+
+
+def dequantize_codes(codes, dialect) -> np.ndarray:
+    """DialectFP4 codes ``sign << 3 | index`` of blocks of dialect ``dialect`` as the
+    dequantizer's 5-bit ``sign << 4 | q`` (golden formatbook; Sec. 3.3, Fig. 6)."""
+    c = np.asarray(codes, np.int64)
+    q = FORMATBOOK[np.asarray(dialect, np.int64), c & 7].astype(np.int64)
+    return ((c >> 3) << 4) | q
 
 DEFAULT_RANDOM_VECTORS = 65536
 BUBBLE_EVERY = 17  # about one cycle in 17 of a random sum is a bubble
@@ -43,13 +51,22 @@ class MacBench(Bench):
     fixed_suites = ("exhaustive",)
 
     def __init__(self, *, a_format: str, w_format: str, terms: int = 64,
-                 multiplier: str = "uint4", product_register: bool = False):
+                 multiplier: str = "uint4", dialect_input: str = "codes",
+                 acc_sizing: str = "exact", product_register: bool = False,
+                 keep_hierarchy: bool = False):
         self.dp = MacDatapath(a_format=a_format, w_format=w_format, terms=terms,
-                              multiplier=multiplier)
+                              multiplier=multiplier, dialect_input=dialect_input,
+                              acc_sizing=acc_sizing)
 
     @property
     def dialect(self) -> bool:
-        return self.dp.kind is MacKind.DIALECT
+        """DialectFP4 with ``codes`` operands: the dialect-id/exponent ports and ``exp``."""
+        return self.dp.decodes
+
+    @property
+    def dequantized(self) -> bool:
+        """DialectFP4 with the dequantizer's ``sign << 4 | q`` operands."""
+        return self.dp.kind is MacKind.DIALECT and not self.dp.decodes
 
     # ------------------------------------------------------------------ helpers
     def _stream(self, name, a, w, valid, clear, *, ad=None, wd=None, ase=None, wse=None):
@@ -139,23 +156,34 @@ class MacBench(Bench):
                                     np.ones(m), ad=da[sl], wd=dw[sl], ase=ea[sl], wse=ew[sl]))
         return out
 
-    def _golden_codes(self, n, rng):
+    def _golden_codes(self, n, rng, x=None):
         """Codes of ``n`` sums quantized by the golden models from Gaussian data with a few
-        outliers: ``(a, w, d_a, d_w, se_a, se_w)``, each ``(n, terms)`` or ``(n,)``."""
+        outliers (or from ``x``, ``(2, n, terms)`` activations and weights, as they are):
+        ``(a, w, d_a, d_w, se_a, se_w)``, each ``(n, terms)`` or ``(n,)``."""
         T = self.dp.terms
-        x = rng.standard_normal((2, n, T))
-        x *= np.where(rng.random((2, n, T)) < 0.03, 8.0, 1.0)  # outliers
+        real = x is not None
+        if not real:
+            x = rng.standard_normal((2, n, T))
+            x *= np.where(rng.random((2, n, T)) < 0.03, 8.0, 1.0)  # outliers
         if self.dialect:
             out = []
             for xi, sel in ((x[0], DialectSelect.TWO_STAGE), (x[1], DialectSelect.MSE)):
                 q = DialectFP4(block_size=T, select=sel).quantize(
-                    xi * np.exp2(rng.integers(-14, 8, size=(n, 1))))
+                    xi if real else xi * np.exp2(rng.integers(-14, 8, size=(n, 1))))
                 out.append((q.codes.reshape(n, T), q.meta.reshape(n), q.scales.reshape(n)))
             (a, da, ea), (w, dw, ew) = out
             return a, w, da, dw, ea, ew
+        if self.dequantized:
+            # The dequantizer's output for golden-quantized blocks: sign << 4 | q.
+            ga, gw, gda, gdw, _, _ = MacBench(a_format="dialectfp4", w_format="dialectfp4",
+                                              terms=T)._golden_codes(n, rng, x)
+            z = np.zeros(n, np.int64)
+            return (dequantize_codes(ga, gda[:, None]), dequantize_codes(gw, gdw[:, None]),
+                    z, z, z, z)
         codes = []
         for xi, spec in ((x[0], self.dp.a_spec), (x[1], self.dp.w_spec)):
-            scale = spec.max_value / np.abs(xi).max(axis=1, keepdims=True)
+            amax = np.abs(xi).max(axis=1, keepdims=True)
+            scale = spec.max_value / np.where(amax > 0, amax, 1.0)
             codes.append(spec.encode(xi * scale))
         z = np.zeros(n, np.int64)
         return codes[0], codes[1], z, z, z, z
@@ -166,7 +194,8 @@ class MacBench(Bench):
         T = self.dp.terms
         L = T + max(1, T // (BUBBLE_EVERY - 1))  # cycles per sum, bubbles included
         na, nw = 1 << self.dp.code_bits("a"), 1 << self.dp.code_bits("w")
-        ng = n // 2 if (not self.dialect or T in DialectFP4.allowed_block_sizes) else 0
+        ng = n // 2 if (self.dp.kind is not MacKind.DIALECT
+                        or T in DialectFP4.allowed_block_sizes) else 0
         a = rng.integers(0, na, (n, T))
         w = rng.integers(0, nw, (n, T))
         da, dw = rng.integers(0, N_DIALECTS, (2, n))
@@ -192,6 +221,25 @@ class MacBench(Bench):
             for port, v in (("a_dialect", da), ("w_dialect", dw), ("a_se", ea), ("w_se", ew)):
                 out[port] = np.repeat(v[:, None], L, axis=1)
         return out, np.arange(n) < ng
+
+    def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
+        """Stimulus of a real layer (:class:`mactile.sim.workloads.Workload`): its dot
+        products in ``terms``-long sums, one term per cycle, no bubbles, operands
+        quantized per sum by the golden quantizers (integer/float: scaled to the format's
+        maximum; DialectFP4: two-stage activations, MSE weights). ``{port: (cycles,)}``."""
+        from mactile.sim.workloads import dot_operands
+
+        T = self.dp.terms
+        n = -(-cycles // T)
+        xa, xw = dot_operands(workload, T, n)
+        n = len(xa)
+        a, w, da, dw, ea, ew = self._golden_codes(n, rng, np.stack([xa, xw]))
+        out = {"a": a.reshape(-1), "w": w.reshape(-1), "valid": np.ones(n * T, np.int64),
+               "clear": np.tile(np.arange(T) == 0, n).astype(np.int64)}
+        if self.dialect:
+            for port, v in (("a_dialect", da), ("w_dialect", dw), ("a_se", ea), ("w_se", ew)):
+                out[port] = np.repeat(np.asarray(v), T)
+        return {k: np.asarray(v, np.int64)[:cycles] for k, v in out.items()}
 
     def vectors(self, suite, *, lanes, count, rng) -> Vectors:
         self.check_suite(suite)

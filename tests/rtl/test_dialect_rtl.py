@@ -70,6 +70,10 @@ def test_module_names_carry_the_parameters():
         "dialect_quantizer_b16_odd_l5"
     assert DialectMseSelector(frac_bits=4, err_frac_bits=3).module_name == \
         "dialect_mse_b32_f4g3_l8"
+    assert DialectMseSelector(dialects_per_cycle=8).module_name == "dialect_mse_b32_f6g6_d8_l8"
+    assert DialectMseSelector(dialects_per_cycle=8).throughput == 0.5
+    with pytest.raises(ValueError, match="dialects_per_cycle must be one of"):
+        DialectMseSelector(dialects_per_cycle=3)
     assert DialectDequantizer(registered=False).module_name == "dialect_dequantizer_b32_l0"
 
 

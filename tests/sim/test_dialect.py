@@ -137,19 +137,49 @@ def test_a_broken_dequantizer_is_caught(build_root, tmp_path, monkeypatch):
 # ------------------------------------------------------------------ MSE selector
 def test_mse_selector_block16(build_root, tmp_path):
     r = _run("dialect-mse-selector", build_root, tmp_path, suite="random", vectors=4096,
-             seed=4, params={"block_size": 16})
+             seed=4, params={"block_size": 16, "dialects_per_cycle": 16})
     _assert_ok(r)
     assert r.latency == 8
     assert {f"mse-dialect-{d}" for d in range(N_DIALECTS)} | {"mse-tie"} <= set(r.notes["streams"])
     assert all(n > 0 for n in r.notes["dialects_hit"])
 
 
+@pytest.mark.parametrize("dpc", [8, pytest.param(4, marks=pytest.mark.slow)])
+def test_mse_selector_in_rounds(build_root, tmp_path, dpc):
+    """Dialects over 16 / dpc rounds on a held block: bit-exact with the golden MSE
+    selection (ties to the lower dialect across rounds), outputs held between blocks."""
+    r = _run("dialect-mse-selector", build_root, tmp_path, suite="random", vectors=2048,
+             seed=4, params={"block_size": 16, "dialects_per_cycle": dpc})
+    _assert_ok(r)
+    assert r.latency == 16 // dpc + 6
+    assert {"mse-tie"} <= set(r.notes["streams"])
+    assert all(n > 0 for n in r.notes["dialects_hit"])
+
+
+def test_a_round_argmin_that_prefers_later_ties_is_caught(build_root, tmp_path):
+    """Replacing the running best on equal error (<= for <) picks the later of two tied
+    dialects in different rounds: the tie corner blocks catch it."""
+    from mactile.rtl.dialect.mse import DialectMseSelector
+
+    class LaterTies(DialectMseSelector):
+        def _take(self, first, r_err, best_err):
+            return first | (r_err <= best_err)
+
+    comp = LaterTies(block_size=16, dialects_per_cycle=8)
+    r = _run("dialect-mse-selector", build_root, tmp_path, suite="corners",
+             params={"block_size": 16, "dialects_per_cycle": 8}, component=comp)
+    assert not r.ok and r.mismatched > 0
+    assert "dialect: expected" in r.mismatches[0].text, r.mismatches[0].text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("params", [
     {"block_size": 32},
-    {"block_size": 32, "frac_bits": 4, "err_frac_bits": 3, "registers": "error,sum_b,quantize"},
+    {"block_size": 32, "dialects_per_cycle": 16},
+    {"block_size": 32, "frac_bits": 4, "err_frac_bits": 3, "registers": "error,sum_b,quantize",
+     "dialects_per_cycle": 16},
     {"block_size": 64, "frac_bits": 8, "err_frac_bits": 16},
-], ids=["b32-default", "b32-f4g3-3stage", "b64-exact-squares"])
+], ids=["b32-default", "b32-parallel", "b32-f4g3-3stage-parallel", "b64-exact-squares"])
 def test_mse_selector_variants(build_root, tmp_path, params):
     r = _run("dialect-mse-selector", build_root, tmp_path, suite="random", vectors=20000,
              seed=5, params=params)

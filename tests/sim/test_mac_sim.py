@@ -20,11 +20,14 @@ from mactile.rtl.registry import DESIGNS  # noqa: E402
 pytestmark = pytest.mark.sim
 
 MACS = ["mac-int4", "mac-int5", "mac-int8", "mac-fp4", "mac-fp6-e2m3", "mac-fp6-e3m2",
-        "mac-dialectfp4", "mac-dialectfp4-int4"]
-#: Operand pairs (times dialect pairs) the exhaustive suite must cover.
+        "mac-dialectfp4", "mac-dialectfp4-int4", "mac-dialectfp4-decode",
+        "mac-dialectfp4-int4-decode"]
+#: Operand pairs (times dialect pairs) the exhaustive suite must cover: the paper's
+#: DialectFP4 MACs take every pair of 5-bit sign + q operands.
 PAIRS = {"mac-int4": 256, "mac-int5": 1024, "mac-int8": 65536, "mac-fp4": 256,
-         "mac-fp6-e2m3": 4096, "mac-fp6-e3m2": 4096, "mac-dialectfp4": 65536 + 1024,
-         "mac-dialectfp4-int4": 65536 + 1024}
+         "mac-fp6-e2m3": 4096, "mac-fp6-e3m2": 4096, "mac-dialectfp4": 1024,
+         "mac-dialectfp4-int4": 1024, "mac-dialectfp4-decode": 65536 + 1024,
+         "mac-dialectfp4-int4-decode": 65536 + 1024}
 
 
 #: Random vectors per design: Icarus, the second simulator, runs about 20x slower.
@@ -54,7 +57,7 @@ def test_random_dot_products_with_corner_cases(name, sim, tmp_path):
     assert saved["mismatched"] == 0 and saved["vectors"] == r.vectors
 
 
-@pytest.mark.parametrize("name", ["mac-int8", "mac-dialectfp4-int4"])
+@pytest.mark.parametrize("name", ["mac-int8", "mac-dialectfp4-int4", "mac-dialectfp4-int4-decode"])
 def test_pipelined_variant_latency_read_from_the_component(name, tmp_path):
     r = run_or_skip(name, params={"product_register": True}, vectors=20000,
                     sim=quickest_build(), test_dir=tmp_path)
@@ -94,8 +97,8 @@ class NarrowAccMac(MacUnit):
 
 
 def test_a_wrong_dialect_table_entry_is_caught_and_decoded(tmp_path):
-    bad = WrongTableMac(**DESIGNS["mac-dialectfp4"].params)
-    r = run_or_skip("mac-dialectfp4", suite="exhaustive", component=bad,
+    bad = WrongTableMac(**DESIGNS["mac-dialectfp4-decode"].params)
+    r = run_or_skip("mac-dialectfp4-decode", suite="exhaustive", component=bad,
                     sim=quickest_build(), test_dir=tmp_path)
     assert not r.ok
     # Only operands of dialect 15 with index 5 are wrong: about 1,000 of 66,560 pairs.
@@ -103,6 +106,26 @@ def test_a_wrong_dialect_table_entry_is_caught_and_decoded(tmp_path):
     first = r.mismatches[0].text
     assert "d15 idx 5" in first and "acc expected" in first, first
     assert "first failing vector: " + first in r.summary()
+
+
+class WrongSignMac(MacUnit):
+    """The paper's MAC with the sign XOR replaced by OR: (-q) x (-q) comes out negative."""
+
+    def _multiply(self, m, product):
+        sa, qa = self._dialect_q(m, self.a, None, "a")
+        sw, qw = self._dialect_q(m, self.w, None, "w")
+        mag = Signal(8)
+        m.d.comb += [mag.eq(qa * qw), product.eq(Mux(sa | sw, -mag, mag))]
+
+
+def test_a_wrong_sign_in_the_dequantized_mac_is_caught_and_decoded(tmp_path):
+    bad = WrongSignMac(**DESIGNS["mac-dialectfp4"].params)
+    r = run_or_skip("mac-dialectfp4", suite="exhaustive", component=bad,
+                    sim=quickest_build(), test_dir=tmp_path)
+    assert not r.ok
+    # Both signs negative with nonzero magnitudes: 15 x 15 of the 1,024 pairs (and corners).
+    first = r.mismatches[0].text
+    assert "a=0x1" in first and "(-" in first and "acc expected" in first, first
 
 
 def test_clear_without_a_product_is_caught_by_its_corner_case(tmp_path):
@@ -137,9 +160,9 @@ def test_waves_are_opt_in_and_land_in_the_test_folder(sim, tmp_path):
 
 
 def test_saif_activity_of_one_lane_for_the_power_flow(tmp_path):
-    r = run_or_skip("mac-dialectfp4", vectors=3000, sim="verilator", test_dir=tmp_path,
+    r = run_or_skip("mac-dialectfp4-decode", vectors=3000, sim="verilator", test_dir=tmp_path,
                     activity="saif")
-    assert r.ok and r.lanes == 1 and r.activity == tmp_path / "mac-dialectfp4.saif"
+    assert r.ok and r.lanes == 1 and r.activity == tmp_path / "mac-dialectfp4-decode.saif"
     head = r.activity.read_text()[:2000]
     assert "SAIFILE" in head and "DURATION" in head
     act = r.input_activity

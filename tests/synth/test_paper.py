@@ -40,9 +40,15 @@ def _result(design, area, power_mw):
 
 def test_compare_ratios_and_units():
     tables = [t for t in load_tables() if t["id"] == "blockdialect-table5"]
-    res = [_result("mac-dialectfp4", 400.0, 0.5), _result("mac-int8", 800.0, 1.5)]
+    res = [_result("mac-dialectfp4", 400.0, 0.5), _result("mac-int8", 800.0, 1.5),
+           _result("mac-dialectfp4-decode", 600.0, 0.6)]
     (c,) = compare(tables, res)
-    rows = {x["name"]: x for x in c["rows"]}
+    rows = {x["name"]: x for x in c["rows"] if not x["variant"]}
+    # A variant row: the same paper figures, ours over the paper-faithful baseline.
+    (var,) = [x for x in c["rows"] if x["design"] == "mac-dialectfp4-decode"]
+    assert var["name"] == "Ours" and var["variant"]
+    assert var["ours_ratio"] == {"area": 1.5, "power": pytest.approx(1.2)}
+    assert c["workload"] == "bench"
     assert rows["INT8"]["ours"]["power"] == pytest.approx(1500.0)   # uW, the table's unit
     assert rows["INT8"]["ours_ratio"] == {"area": 2.0, "power": 3.0}
     assert rows["Ours"]["ours_ratio"] == {"area": 1.0, "power": 1.0}
@@ -50,6 +56,18 @@ def test_compare_ratios_and_units():
     assert rows["INT8"]["ours"]["fmax_mhz"] == pytest.approx(1e3 / 1.5)
     md = format_paper_markdown([c])
     assert "| INT8 | mac-int8 | 554.34 | 800.0 | 2.23 | 2.00 |" in md
+    assert "| Ours (variant: formatbook lookup and block exponent in the MAC) | " \
+           "mac-dialectfp4-decode |" in md
+    assert "Power workload: each design's test-suite stimulus" in md
+
+
+def test_paper_configs_group_by_workload_and_include_variants():
+    from mactile.rtl.registry import DESIGNS
+    from mactile.synth.paper import paper_configs
+
+    cfgs = {(c.pdk, c.workload): c.designs for c in paper_configs(load_tables(), set(DESIGNS))}
+    assert "mac-dialectfp4-decode" in cfgs[("nangate45", "bench")]
+    assert "dialect-mse-selector-parallel" in cfgs[("sky130", "minilm")]
 
 
 def test_cross_format_table():
