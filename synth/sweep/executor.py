@@ -94,11 +94,29 @@ def _pool_worker_init() -> None:
     which sends SIGTERM: a worker interrupted twice (Ctrl-C reaches the whole process
     group) could be stopped again while it removes its run folder."""
     import signal
+    import sys
 
     from mactile.synth.report import _worker_init
 
     _worker_init()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The stop (KeyboardInterrupt from the SIGTERM handler) may land inside a __del__
+    # (Amaranth's unused-elaboratable check), where Python prints it and goes on: send the
+    # signal again a moment later (from a timer thread: a signal sent here would be
+    # handled inside this hook), to stop the job at a later step instead.
+    import threading
+
+    default_hook = sys.unraisablehook
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            t = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM))
+            t.daemon = True
+            t.start()
+            return
+        default_hook(unraisable)
+
+    sys.unraisablehook = hook
 
 
 class DaskExecutor:

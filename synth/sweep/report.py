@@ -266,6 +266,11 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
             lo, hi = min(x.min() for x in xs), max(x.max() for x in xs)
             if lo > 0 and hi / lo > 30:
                 ax.set_xscale("log")
+            else:  # a linear axis of large areas: 250k, not 250000 run together
+                from matplotlib.ticker import FuncFormatter
+
+                ax.xaxis.set_major_formatter(FuncFormatter(
+                    lambda x, _: f"{x / 1e3:g}k" if abs(x) >= 1e4 else f"{x:g}"))
         ax.grid(True, alpha=0.3)
         ax.set_xlabel("area (um$^2$)")
     ys = [r["energy_per_op_pj"] for r in ok if r["energy_per_op_pj"]] + \
@@ -279,7 +284,7 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
     ax_f.set_title("fmax vs area", fontsize=9)
     fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
     fig.suptitle(f"{fam}: {len(ok)} of {len(rs)} configurations with figures", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
