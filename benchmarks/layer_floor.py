@@ -6,12 +6,12 @@ issue 16 (4096x4096, 4096x6144) plus 8192x8192 and a tiny layer (4096x256: almos
 bytes, so its time *is* the floor) inside CUDA graphs of back-to-back launches (weights
 rotated over >= 4x L2, random data, median of 15 replays), without and with programmatic
 dependent launch (PDL: the next layer's CTAs start on the SMs the previous one frees and
-request their first pipeline stages of weights before ``griddepcontrol.wait``), beside
+run their set-up before ``griddepcontrol.wait``), beside
 cuBLAS FP16 and the same run's streaming-read peak. The fixed cost is reported as
 ``time - bytes / read_peak``.
 
-Usage (on a Hopper GPU): ``python benchmarks/layer_floor.py -o OUTDIR [--formats nvfp4 ...]``
-writes ``layer_floor.json`` and ``layer_floor.md`` there and prints the table.
+Usage (on a Hopper GPU): ``python benchmarks/layer_floor.py -o OUTDIR [--formats nvfp4 ...]
+[--shapes KxN ...] [--m M]`` writes ``layer_floor.json`` and ``layer_floor.md`` there and prints the table.
 """
 from __future__ import annotations
 
