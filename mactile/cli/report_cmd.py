@@ -66,12 +66,15 @@ def run(args) -> int:
     results = _run_set(names, lib, opts, jobs, args)
     from mactile.synth.report import NoDesignMeetsTiming, check_timing, write_report
 
+    files = write_report(results, out, plots=not args.no_plots and _have_matplotlib())
+    _summary(results, files)
     try:
         check_timing(results)
     except NoDesignMeetsTiming as e:
-        raise CliError(str(e)) from None
-    files = write_report(results, out, plots=not args.no_plots and _have_matplotlib())
-    _summary(results, files)
+        # The figures at this clock are measured and written (the tables flag the failing
+        # timing: the tensor cores' one-cycle FP32 accumulate loop misses 10 ns on osu018
+        # by design); the clock to ask for next is the useful news.
+        print(f"mactile: warning: {e}", file=sys.stderr)
     return _status(results)
 
 

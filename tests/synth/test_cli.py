@@ -67,10 +67,12 @@ def test_report_files(tools, osu018, tmp_path, tiny_designs, capsys):
 @pytest.mark.synth
 def test_report_clock_no_design_can_meet(tools, osu018, tmp_path, tiny_designs, capsys):
     out = tmp_path / "rep"
-    assert main(["report", "--designs", "t-mac4", "--clock-ns", "0.05", "-o", str(out)]) == 2
+    # the measured figures are written, flagged; the clock to ask for is named
+    assert main(["report", "--designs", "t-mac4", "--clock-ns", "0.05", "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "no design meets timing at a 0.05 ns clock" in err and "needs at least" in err
-    assert not (out / "area_power.json").exists()
+    assert "warning: no design meets timing at a 0.05 ns clock" in err and "needs at least" in err
+    rec = json.loads((out / "area_power.json").read_text())
+    assert [r["meets_timing"] for r in rec] == [False]
 
 
 @pytest.mark.synth
