@@ -57,18 +57,7 @@ def _argmin(m: Module, errors: list[Value]) -> Value:
     """Index of the smallest value, ties to the lower index: a compare-select tree whose
     left operand always holds the lower indices and wins ties."""
     width = (len(errors) - 1).bit_length()
-    level = [(e, Const(i, width)) for i, e in enumerate(errors)]
-    depth = 0
-    while len(level) > 1:
-        nxt = []
-        for k, ((ea, ia), (eb, ib)) in enumerate(zip(level[0::2], level[1::2])):
-            left = wire(m, ea <= eb, f"argmin_l{depth}_{k}_left")
-            nxt.append((wire(m, Mux(left, ea, eb), f"argmin_l{depth}_{k}_err"),
-                        wire(m, Mux(left, ia, ib), f"argmin_l{depth}_{k}_id")))
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level, depth = nxt, depth + 1
-    return level[0][1]
+    return _argmin_pair(m, errors, [Const(i, width) for i in range(len(errors))], "argmin")[1]
 
 
 class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
