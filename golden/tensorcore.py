@@ -72,7 +72,8 @@ __all__ = [
     "OperandSpec", "NVFP4_OPERAND", "NVFP4_E3M3_OPERAND", "RAZER_WEIGHT", "RAZER_ACT",
     "MXFP4_OPERAND", "golden_format", "default_specials",
     "OPERANDS", "ELEMENT_DECODERS", "SCALE_FORMATS", "make_operand", "FP32Accumulator", "FixedAccumulator", "Accumulator", "accumulator",
-    "TensorCoreSpec", "tensor_core_spec", "BlockProducts", "offsets_for", "operand_for",
+    "TensorCoreSpec", "tensor_core_spec", "OuterProductSpec", "outer_product_spec", "OS_DRAINS",
+    "BlockProducts", "offsets_for", "operand_for",
     "ELEM_FRAC", "OFFSET_BITS", "fp32_round", "fp32_add", "fp32_add_bits", "fp32_parts", "fp32_rounding", "epilogue", "FP32_QNAN",
     "interesting_fp32",
 ]
@@ -764,6 +765,145 @@ def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
                                block_size=block_size)
     return TensorCoreSpec(rows=rows, cols=cols, block_size=block_size, weight=w_op, act=a_op,
                           acc=acc_spec)
+
+
+#: Drains of an output-stationary array (:class:`OuterProductSpec`), an implementation
+#: choice: ``"unit"`` (the paper's SIMD reading: every MAC unit has its own scale product,
+#: FP32 pack and accumulator adder).
+OS_DRAINS = ("unit",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OuterProductSpec:
+    """What an **output-stationary** tensor core computes: a ``rows`` x ``cols`` array of MAC
+    units, unit ``(i, j)`` owning accumulator ``acc[i, j]`` (RaZeR Sec. 4.4's "16x16 MAC
+    units organized in a SIMD way", the organisation Table 9's area supports; see
+    docs/rtl-razer.md).
+
+    Per block step the array takes ``rows`` activation blocks and ``cols`` weight blocks;
+    unit ``(i, j)`` does exactly one row of :class:`TensorCoreSpec`'s arithmetic on
+    activation block ``i`` and weight block ``j`` (exact block dot, exact scale product,
+    the one accumulation rounding). No arithmetic is defined here: activation row ``i`` is
+    ``row_core`` (a :class:`TensorCoreSpec` with one output row per weight column) fed
+    with activation block ``i``.
+
+    Schedule (what the RTL streams): every MAC unit multiplies ``k_per_cycle`` element
+    pairs per cycle (default 1: one multiply, "a MAC unit"), so a block takes
+    ``block_size // k_per_cycle`` beats; beat ``t`` carries elements ``t*k .. t*k+k-1`` of
+    each of the ``rows`` activation blocks and ``cols`` weight blocks; the scale bytes and
+    ``clear`` are held for every beat of a block (the last beat's are used).
+
+    Parameters
+    ----------
+    rows : int
+        Activation blocks per step (array height).
+    row_core : TensorCoreSpec
+        One activation row of the array: ``row_core.rows`` is the array width ``cols``,
+        ``row_core.cols`` is ``k_per_cycle``; formats, block size and accumulator are its.
+    """
+
+    rows: int = 16
+    row_core: TensorCoreSpec = field(default_factory=lambda: TensorCoreSpec(cols=1))
+
+    def __post_init__(self):
+        validate.integer("outer-product core", "rows", self.rows, lo=1)
+        if not isinstance(self.row_core, TensorCoreSpec):
+            raise TypeError(f"row_core must be a TensorCoreSpec, got {self.row_core!r}")
+
+    # the array's shape and formats, read from the row core ------------------------
+    @property
+    def cols(self) -> int:
+        """Weight blocks per step (array width)."""
+        return self.row_core.rows
+
+    @property
+    def k_per_cycle(self) -> int:
+        """Element pairs each MAC unit multiplies per cycle."""
+        return self.row_core.cols
+
+    @property
+    def beats(self) -> int:
+        """Cycles per block."""
+        return self.row_core.beats
+
+    block_size = property(lambda self: self.row_core.block_size)
+    weight = property(lambda self: self.row_core.weight)
+    act = property(lambda self: self.row_core.act)
+    acc = property(lambda self: self.row_core.acc)
+
+    def describe(self) -> str:
+        c = self.row_core
+        return (f"tc-os(rows={self.rows}, cols={self.cols}, k_per_cycle={self.k_per_cycle}, "
+                f"block_size={c.block_size}, weight={c.weight.name}, act={c.act.name}, "
+                f"acc={c.acc.describe()})")
+
+    # per block step ----------------------------------------------------------------
+    def products(self, act_codes, act_bytes, w_codes, w_bytes, *, w_offsets=(), a_offsets=()):
+        """Exact block products of one step: one :class:`BlockProducts` (over the ``cols``
+        weight blocks) per activation row. ``act_codes`` (rows, block_size), ``act_bytes``
+        (rows,), ``w_codes`` (cols, block_size), ``w_bytes`` (cols,)."""
+        ac = np.asarray(act_codes)
+        ab = np.asarray(act_bytes).reshape(-1)
+        if ac.shape != (self.rows, self.block_size) or ab.shape != (self.rows,):
+            raise ValueError(f"expected activation codes ({self.rows}, {self.block_size}) and "
+                             f"bytes ({self.rows},), got {ac.shape} and {ab.shape}")
+        return [self.row_core.products(ac[i], int(ab[i]), w_codes, w_bytes,
+                                       w_offsets=w_offsets, a_offsets=a_offsets)
+                for i in range(self.rows)]
+
+    def initial(self) -> dict[str, np.ndarray]:
+        """State after reset: ``acc`` (rows, cols) bit patterns, ``nan`` (rows, cols)."""
+        return {"acc": np.zeros((self.rows, self.cols), dtype=object),
+                "nan": np.zeros((self.rows, self.cols), dtype=bool)}
+
+    def accumulate(self, state, products, *, clear: bool = False):
+        """New state after adding one step's products (``clear``: every unit from 0)."""
+        rows = [self.row_core.accumulate({"acc": state["acc"][i], "nan": state["nan"][i]},
+                                         products[i], clear=clear) for i in range(self.rows)]
+        return {"acc": np.stack([r["acc"] for r in rows]),
+                "nan": np.stack([r["nan"] for r in rows])}
+
+    def step(self, state, act_codes, act_bytes, w_codes, w_bytes, *, clear=False,
+             w_offsets=(), a_offsets=()):
+        """One block step: products then accumulate."""
+        p = self.products(act_codes, act_bytes, w_codes, w_bytes, w_offsets=w_offsets,
+                          a_offsets=a_offsets)
+        return self.accumulate(state, p, clear=clear)
+
+    def acc_values(self, state) -> np.ndarray:
+        """Accumulator values (rows, cols) as float64 (see :meth:`TensorCoreSpec.acc_values`)."""
+        return np.stack([self.row_core.acc_values({"acc": state["acc"][i],
+                                                   "nan": state["nan"][i]})
+                         for i in range(self.rows)])
+
+    def gemm(self, qw: Quantized, qxs: Sequence[Quantized], *, w_offsets=None,
+             a_offsets=None):
+        """Accumulators of ``X @ W.T`` for quantized ``W`` (N, K) and activation vectors
+        ``qxs`` (each (K,)): row ``m`` is :meth:`TensorCoreSpec.gemv` of ``W`` and
+        ``qxs[m]`` (an output-stationary array only reorders which unit does which row's
+        work). Returns ``acc`` (M, N) bit patterns and ``nan``."""
+        rows = [self.row_core.gemv(qw, qx, w_offsets=w_offsets, a_offsets=a_offsets)
+                for qx in qxs]
+        return {"acc": np.stack([r["acc"] for r in rows]),
+                "nan": np.stack([r["nan"] for r in rows])}
+
+
+def outer_product_spec(*, rows: int = 16, cols: int = 16, k_per_cycle: int = 1,
+                       drain: str = "unit", **params) -> OuterProductSpec:
+    """The spec of an output-stationary core from its design parameters (those of
+    :func:`tensor_core_spec` except that ``cols`` is the number of weight blocks and
+    ``k_per_cycle`` the elements per unit per cycle; ``drain`` is an implementation
+    choice from :data:`OS_DRAINS`)."""
+    if drain not in OS_DRAINS:
+        raise ValueError(f"unknown drain {drain!r}; choose from {', '.join(OS_DRAINS)}")
+    validate.integer("outer-product core", "cols", cols, lo=1)
+    validate.integer("outer-product core", "k_per_cycle", k_per_cycle, lo=1)
+    bs = params.get("block_size", 16)
+    if isinstance(bs, int) and bs > 0 and bs % k_per_cycle:
+        raise ValueError(f"k_per_cycle ({k_per_cycle}) must divide block_size ({bs}): a "
+                         "block is streamed over block_size/k_per_cycle beats")
+    return OuterProductSpec(rows=rows, row_core=tensor_core_spec(rows=cols, cols=k_per_cycle,
+                                                                 **params))
 
 
 def epilogue(acc_bits, w_tensor_scale, a_tensor_scale) -> np.ndarray:

@@ -10,7 +10,7 @@ from mactile.golden.fp4blocks import razer_offset_value
 from mactile.golden.tensorcore import (
     FP32_QNAN, NVFP4_E3M3_OPERAND, NVFP4_OPERAND, RAZER_ACT, RAZER_WEIGHT, FixedAccumulator,
     FP32Accumulator, OperandSpec, TensorCoreSpec, accumulator, epilogue, fp32_add, fp32_add_bits, fp32_parts, interesting_fp32,
-    fp32_round, offsets_for, operand_for)
+    fp32_round, offsets_for, operand_for, outer_product_spec, tensor_core_spec)
 
 
 def _f32(bits):
@@ -181,3 +181,65 @@ def test_spec_validation():
     assert TensorCoreSpec().product_bits == 19
     assert accumulator("fixed").width == 62
     assert RAZER_WEIGHT.scale_format is E3M3 and RAZER_ACT.scale_format is FP8_E4M3
+
+
+# ------------------------------------------------------------------ output-stationary
+@pytest.mark.parametrize("params", [
+    {},
+    {"weight": "razer", "weight_scale": "e3m3", "act": "razer-act"},
+    {"acc": "fixed", "k_per_cycle": 4},
+    {"block_size": 32, "weight_scale": "e8m0", "act_scale": "e8m0"},
+], ids=["nvfp4", "razer", "nvfp4-fixed-k4", "mxfp4"])
+def test_outer_product_is_one_row_core_per_unit(params, rng):
+    """Unit (i, j) of the output-stationary array accumulates exactly what a one-row
+    TensorCoreSpec does on activation block i and weight block j (random codes, every
+    scale byte, NaN scales, clears)."""
+    spec = outer_product_spec(rows=3, cols=4, **params)
+    assert (spec.rows, spec.cols, spec.k_per_cycle) == (3, 4, params.get("k_per_cycle", 1))
+    one = tensor_core_spec(rows=1, cols=spec.block_size,
+                           **{k: v for k, v in params.items() if k != "k_per_cycle"})
+    wo = (3, 9) if spec.weight.specials == 2 else ()
+    ao = (5,) if spec.act.specials else ()
+    st = spec.initial()
+    ref = [[one.initial(1) for _ in range(4)] for _ in range(3)]
+    bs = spec.block_size
+    for step in range(12):
+        ac, ab = rng.integers(0, 16, (3, bs)), rng.integers(0, 256, 3)
+        wc, wb = rng.integers(0, 16, (4, bs)), rng.integers(0, 256, 4)
+        clear = step == 0 or rng.random() < 0.2
+        st = spec.step(st, ac, ab, wc, wb, clear=clear, w_offsets=wo, a_offsets=ao)
+        for i in range(3):
+            for j in range(4):
+                ref[i][j] = one.step(ref[i][j], ac[i], ab[i], wc[j:j + 1], wb[j:j + 1],
+                                     clear=clear, w_offsets=wo, a_offsets=ao)
+                assert int(st["acc"][i, j]) == int(ref[i][j]["acc"][0])
+                assert bool(st["nan"][i, j]) == bool(ref[i][j]["nan"][0])
+    assert spec.acc_values(st).shape == (3, 4)
+
+
+def test_outer_product_gemm_is_gemv_per_row(rng):
+    spec = outer_product_spec(rows=2, cols=2, weight="razer", weight_scale="e3m3",
+                              act="razer-act")
+    W = (rng.standard_normal((8, 64)) * 0.05).astype(np.float32)
+    X = rng.standard_normal((3, 64)).astype(np.float32)
+    qw = RaZeR().quantize(W)
+    qxs = [RaZeRAct().quantize(x) for x in X]
+    got = spec.gemm(qw, qxs)
+    assert got["acc"].shape == (3, 8)
+    for m, qx in enumerate(qxs):
+        assert [int(v) for v in got["acc"][m]] == [int(v) for v in spec.row_core.gemv(qw, qx)["acc"]]
+
+
+def test_outer_product_validation():
+    with pytest.raises(ValueError, match="k_per_cycle \\(3\\) must divide block_size"):
+        outer_product_spec(k_per_cycle=3)
+    with pytest.raises(ValueError, match="unknown drain"):
+        outer_product_spec(drain="shared")
+    with pytest.raises(ValueError, match="rows must be"):
+        outer_product_spec(rows=0)
+    with pytest.raises(ValueError, match="expected activation codes"):
+        outer_product_spec(rows=2, cols=1).products(np.zeros((3, 16), int), [0, 0, 0],
+                                                    np.zeros((1, 16), int), [0])
+    s = outer_product_spec()
+    assert (s.rows, s.cols, s.k_per_cycle, s.beats) == (16, 16, 1, 16)
+    assert s.describe().startswith("tc-os(rows=16, cols=16, k_per_cycle=1")
