@@ -38,6 +38,10 @@ class Design:
         :class:`mactile.sim.Bench`. The project's designs leave it empty; their benches
         are mapped where the benches live (:data:`mactile.sim.benches.BENCHES`), so the
         registry names no simulation code.
+    in_default_report : bool
+        Whether ``mactile report`` without ``--designs`` (and ``make demo``) synthesizes
+        it. False only for designs whose synthesis takes hours (the 16 x 16
+        output-stationary tensor cores); ``--designs all`` or their names include them.
     """
 
     name: str
@@ -47,6 +51,7 @@ class Design:
     reference: str = ""
     group: str = ""
     bench: str = ""
+    in_default_report: bool = True
 
     def load_builder(self) -> Callable[..., Any]:
         module, _, attr = self.builder.partition(":")
@@ -222,3 +227,21 @@ DESIGNS["razer-tc"] = Design(
                          "act": "razer-act", "act_scale": "e4m3", "w_specials": _W_SPECIALS,
                          "a_specials": _A_SPECIALS},
     reference=_RAZER_REF, group="razer-table9")
+
+# ---- the same three cores organised output-stationary (issue 18 item 4): 16 x 16 MAC units,
+# ---- one element pair per unit per cycle, each unit with its own accumulator ----
+_TC_OS = "mactile.rtl.fp4tc.outer:build_outer_core"
+_OS_COMMON = {**_TC_COMMON, "cols": 16, "k_per_cycle": 1, "drain": "unit"}
+_OS_REF = " (output-stationary reading of Sec. 4.4's \"16x16 MAC units organized in a SIMD way\")"
+for _base in ("nvfp4-tc", "razer-tc", "mxfp4-tc"):
+    _p = {**DESIGNS[_base].params, **_OS_COMMON}
+    _p["block_size"] = DESIGNS[_base].params["block_size"]
+    DESIGNS[_base + "-os"] = Design(
+        _base + "-os",
+        f"{_base} organised output-stationary: 16x16 MAC units (one FP4 multiply per cycle, "
+        f"a block per {_p['block_size']} cycles), each with its own scale product and FP32 "
+        "accumulator; activation/weight decoders at the array edge",
+        builder=_TC_OS, params=_p, reference=DESIGNS[_base].reference + _OS_REF,
+        group=DESIGNS[_base].group,
+        # 256 FP32 back ends: hours of Yosys at 16 x 16 (docs/rtl-razer.md measures 4 x 4)
+        in_default_report=False)

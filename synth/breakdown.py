@@ -33,11 +33,18 @@ tee -q -o stat.json stat -json -liberty {lib}
 
 def area_breakdown(design: str, lib: Library, clock_ns: float, **overrides) -> dict:
     """``{"total": um^2, "parts": {submodule: um^2}, "top_only": um^2}`` of registry
-    design ``design`` built with ``keep_hierarchy=True`` (plus ``overrides``).
+    design ``design`` built with ``keep_hierarchy=True`` where it has that parameter (the
+    MACs; the tensor cores' decoders, MAC units and adders are always submodules), plus
+    ``overrides``.
 
+    ``parts`` are the top's direct submodules (each with everything under it);
     ``top_only`` is the glue left in the top module (for a MAC: nothing but wiring).
     """
-    rtl = design_rtl(design, keep_hierarchy=True, **overrides)
+    from mactile.rtl.registry import get_design
+
+    if "keep_hierarchy" in get_design(design).params:
+        overrides = {"keep_hierarchy": True, **overrides}
+    rtl = design_rtl(design, **overrides)
     dont_use = lib.dont_use_args()
     root = cache_dir() / "breakdown"
     root.mkdir(parents=True, exist_ok=True)
@@ -51,7 +58,8 @@ def area_breakdown(design: str, lib: Library, clock_ns: float, **overrides) -> d
         mods = json.loads((work / "stat.json").read_text())["modules"]
     areas = {name.lstrip("\\"): float(m.get("area", 0.0)) for name, m in mods.items()}
     top = rtl.top
-    parts = {name[len(top) + 1:]: a for name, a in areas.items() if name.startswith(top + ".")}
+    parts = {name[len(top) + 1:]: a for name, a in areas.items()
+             if name.startswith(top + ".") and "." not in name[len(top) + 1:]}
     total = areas.get(top, 0.0)  # stat's figure for the top includes its submodules
     return {"design": design, "total": total, "parts": parts,
             "top_only": total - sum(parts.values())}

@@ -18,39 +18,24 @@ input port first). Golden: :class:`mactile.golden.tensorcore.TensorCoreSpec`.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
 
-from mactile.golden.elements import FP4_E2M1, FP32
-from mactile.golden.tensorcore import (ELEM_FRAC, FP32_QNAN, OFFSET_BITS, FixedAccumulator,
-                                       FP32Accumulator, OperandSpec, tensor_core_spec)
+from mactile.golden.elements import FP4_E2M1
+from mactile.golden.tensorcore import (FixedAccumulator, OperandSpec,
+                                       tensor_core_spec)
 
 from .decoders import ElementDecoder, decode_scale, reset_offsets, value_shape
-from .fp32add import FP32Adder, leading_zeros
+from .fp32add import FP32Adder
+from .stages import (DEFAULT_PIPELINE, PIPELINE_CUTS, accumulate, acc_members, check_pipeline,
+                     config_members, cut, offset_registers, rne_round_up, scale_product,
+                     scaled_product, tree_sum)
 
 __all__ = ["TensorCore", "PIPELINE_CUTS", "DEFAULT_PIPELINE", "build_tensor_core"]
 
-#: Where a register stage can go, in datapath order.
-PIPELINE_CUTS = ("input", "dot", "product", "scaled")
-#: Default cuts: three balanced stages before the accumulate loop (latency 3).
-DEFAULT_PIPELINE = ("dot", "scaled")
-
-_F32_MAN, _F32_BIAS = FP32.man_bits, FP32.bias
-_F32_EXP_TOP = (1 << FP32.exp_bits) - 1
-
-
-def _tree_sum(terms):
-    """Balanced adder tree (widths grow one bit per level)."""
-    terms = list(terms)
-    while len(terms) > 1:
-        nxt = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
-        if len(terms) % 2:
-            nxt.append(terms[-1])
-        terms = nxt
-    return terms[0]
 
 
 class TensorCore(wiring.Component):
@@ -107,7 +92,7 @@ class TensorCore(wiring.Component):
     adder_cls = FP32Adder
     #: Rounding increment of a product rounded to FP32 (E8M0 scales): nearest, ties to
     #: even (a static method so a test can swap in a broken one).
-    product_round_up = staticmethod(lambda lsb, guard, sticky: guard & (sticky | lsb))
+    product_round_up = staticmethod(rne_round_up)
 
     def __init__(self, *, rows: int = 16, cols: int = 16, block_size: int = 16,
                  weight: str = "fp4", weight_scale: str = "e4m3", act: str = "fp4",
@@ -120,12 +105,7 @@ class TensorCore(wiring.Component):
             acc_int_bits=acc_int_bits, acc_frac_bits=acc_frac_bits,
             acc_guard_bits=acc_guard_bits)
         w_op, a_op, acc_spec = self.spec.weight, self.spec.act, self.spec.acc
-        pipeline = tuple(pipeline)
-        bad = [c for c in pipeline if c not in PIPELINE_CUTS]
-        if bad or len(set(pipeline)) != len(pipeline):
-            raise ValueError(f"pipeline cuts must be distinct names from {PIPELINE_CUTS}, "
-                             f"got {pipeline!r}")
-        self.pipeline = tuple(c for c in PIPELINE_CUTS if c in pipeline)
+        self.pipeline = check_pipeline(pipeline)
         self.w_offsets_reset = reset_offsets(w_op, w_specials, name="w_specials")
         self.a_offsets_reset = reset_offsets(a_op, a_specials, name="a_specials")
 
@@ -136,18 +116,8 @@ class TensorCore(wiring.Component):
             "w_codes": In(FP4_E2M1.bits).array(rows, cols),
             "w_scales": In(OperandSpec.BYTE_BITS).array(rows),
         }
-        if w_op.specials or a_op.specials:
-            members["cfg_we"] = In(1)
-        if w_op.specials:
-            members["cfg_w_offsets"] = In(OFFSET_BITS).array(w_op.specials)
-        if a_op.specials:
-            members["cfg_a_offsets"] = In(OFFSET_BITS).array(a_op.specials)
-        # fixed: signed, so the two's-complement pattern reads back as the value
-        acc_shape = signed(acc_spec.width) if isinstance(acc_spec, FixedAccumulator) else 32
-        members["acc"] = Out(acc_shape).array(rows)
-        if isinstance(acc_spec, FixedAccumulator):
-            members["acc_nan"] = Out(1).array(rows)
-        members["acc_valid"] = Out(1)
+        members.update(config_members(w_op, a_op))
+        members.update(acc_members(acc_spec, rows))
         super().__init__(members)
 
     # ------------------------------------------------------------------ properties
@@ -177,23 +147,7 @@ class TensorCore(wiring.Component):
     # ------------------------------------------------------------------ helpers
     def _cut(self, m, name, sigs: dict) -> dict:
         """Register ``sigs`` when ``name`` is a pipeline cut; else pass them through."""
-        if name not in self.pipeline:
-            return sigs
-        out = {}
-        for k, v in sigs.items():
-            if isinstance(v, list):
-                out[k] = [self._reg(m, f"{name}_{k}{i}", x) for i, x in enumerate(v)]
-            else:
-                out[k] = self._reg(m, f"{name}_{k}", v)
-        return out
-
-    @staticmethod
-    def _reg(m, name, v):
-        if isinstance(v, list):
-            return [TensorCore._reg(m, f"{name}_{i}", x) for i, x in enumerate(v)]
-        r = Signal(v.shape(), name=name)
-        m.d.sync += r.eq(v)
-        return r
+        return cut(m, self.pipeline, name, sigs)
 
     # ------------------------------------------------------------------ datapath
     def elaborate(self, platform):
@@ -202,16 +156,7 @@ class TensorCore(wiring.Component):
         R, C = s.rows, s.cols
         w_op, a_op = s.weight, s.act
 
-        # Offset registers (Fig. 4 (1)), shared by every decoder of an operand.
-        regs = {}
-        for side, op, init, port in (("w", w_op, self.w_offsets_reset, "cfg_w_offsets"),
-                                     ("a", a_op, self.a_offsets_reset, "cfg_a_offsets")):
-            regs[side] = []
-            for k in range(op.specials):
-                r = Signal(OFFSET_BITS, init=init[k], name=f"of_{side}{k}")
-                with m.If(self.cfg_we):
-                    m.d.sync += r.eq(getattr(self, port)[k])
-                regs[side].append(r)
+        regs = offset_registers(m, self)  # Fig. 4 (1), shared by an operand's decoders
 
         inp = self._cut(m, "input", {
             "valid": self.valid, "clear": self.clear,
@@ -240,7 +185,7 @@ class TensorCore(wiring.Component):
                 prods.append(p)
             d = Signal(signed((C * w_op.max_element * a_op.max_element).bit_length() + 1),
                        name=f"dot_beat{r}")
-            m.d.comb += d.eq(_tree_sum(prods))
+            m.d.comb += d.eq(tree_sum(prods))
             dot_beat.append(d)
             w_sc.append(decode_scale(m, w_op, inp["w_scales"][r], name=f"w{r}_scale"))
 
@@ -272,16 +217,11 @@ class TensorCore(wiring.Component):
             else:
                 m.d.comb += bd.eq(st["dot"][r])
             block_dot.append(bd)
-        sig_bits = w_op.scale_sig_bits + a_op.scale_sig_bits
-        e_bits = max(w_op.scale_format.exp_bits, a_op.scale_format.exp_bits) + 1
         sp, es, neg, nan = [], [], [], []
         for r in range(R):
-            x = Signal(sig_bits, name=f"scale_sig{r}")
-            e = Signal(e_bits, name=f"scale_e{r}")
-            n = Signal(name=f"scale_neg{r}")
-            q = Signal(name=f"scale_nan{r}")
-            m.d.comb += [x.eq(st["a_sig"] * st["w_sig"][r]), e.eq(st["a_e"] + st["w_e"][r]),
-                         n.eq(st["a_neg"] ^ st["w_neg"][r]), q.eq(st["a_nan"] | st["w_nan"][r])]
+            x, e, n, q = scale_product(m, s, st["a_sig"], st["a_e"], st["a_neg"], st["a_nan"],
+                                       st["w_sig"][r], st["w_e"][r], st["w_neg"][r],
+                                       st["w_nan"][r], tag=r)
             sp.append(x), es.append(e), neg.append(n), nan.append(q)
 
         st = self._cut(m, "product", {
@@ -290,94 +230,20 @@ class TensorCore(wiring.Component):
         })
 
         # ---- C: exact scaled product, packed for the accumulator
-        pw = s.product_bits
-        scaled = []
-        for r in range(R):
-            dot = st["dot"][r]
-            mag = Signal(pw, name=f"pmag{r}")
-            m.d.comb += mag.eq(Mux(dot < 0, -dot, dot).as_unsigned() * st["sig"][r])
-            sign = Signal(name=f"psign{r}")
-            m.d.comb += sign.eq((dot < 0) ^ st["neg"][r])
-            if isinstance(s.acc, FP32Accumulator):
-                scaled.append(self._pack_fp32(m, r, mag, sign, st["e"][r], st["nan"][r]))
-            else:
-                scaled.append(self._pack_fixed(m, r, mag, sign, st["e"][r], st["nan"][r]))
+        scaled = [scaled_product(m, s, st["dot"][r], st["sig"][r], st["e"][r], st["neg"][r],
+                                 st["nan"][r], tag=r, round_up=self.product_round_up)
+                  for r in range(R)]
 
         st = self._cut(m, "scaled", {"valid": st["valid"], "clear": st["clear"],
                                      "p": scaled, "nan": st["nan"]})
 
         # ---- D: accumulate (the loop: one block per cycle per row)
+        fixed = isinstance(s.acc, FixedAccumulator)
         for r in range(R):
-            if isinstance(s.acc, FP32Accumulator):
-                add = self.adder_cls()
-                m.submodules[f"acc_add{r}"] = add
-                m.d.comb += [add.a.eq(Mux(st["clear"], 0, self.acc[r])), add.b.eq(st["p"][r])]
-                with m.If(st["valid"]):
-                    m.d.sync += self.acc[r].eq(add.s)
-            else:
-                with m.If(st["valid"]):
-                    m.d.sync += [
-                        self.acc[r].eq(Mux(st["clear"], 0, self.acc[r]) + st["p"][r]),
-                        self.acc_nan[r].eq((~st["clear"] & self.acc_nan[r]) | st["nan"][r]),
-                    ]
+            accumulate(m, s, self.adder_cls, self.acc[r], self.acc_nan[r] if fixed else None,
+                       st["p"][r], st["nan"][r], st["valid"], st["clear"], tag=r)
         m.d.sync += self.acc_valid.eq(st["valid"])
         return m
-
-    def _pack_fp32(self, m, r, mag, sign, e_sum, nan):
-        """FP32 bits of ``(-1)**sign * mag * 2**(e_sum - K)``: exact where the spec
-        guarantees it (at most 24 significant bits and a normal exponent: NVFP4, RaZeR);
-        with E8M0 scales (:attr:`TensorCoreSpec.rounds_products`) rounded to binary32
-        (RNE, gradual underflow to a signed zero, overflow to +-Inf) as the golden model."""
-        s = self.spec
-        pw = len(mag)
-        k = (s.weight.scale_format.bias + s.weight.scale_format.man_bits
-             + s.act.scale_format.bias + s.act.scale_format.man_bits + 2 * ELEM_FRAC)
-        lz = leading_zeros(m, mag, name=f"plz{r}")
-        norm = Signal(pw, name=f"pnorm{r}")
-        m.d.comb += norm.eq((mag << lz)[:pw])
-        field = Signal(signed(max(10, len(e_sum) + 2)), name=f"pexp{r}")
-        m.d.comb += field.eq(e_sum + (_F32_BIAS - k + pw - 1) - lz)
-        assert pw <= _F32_MAN + 1, "spec check guarantees products fit FP32's significand"
-        sig24 = Cat(Const(0, _F32_MAN + 1 - pw), norm)  # hidden bit at 23
-        out = Signal(32, name=f"pf32_{r}")
-        if s.rounds_products:
-            lim = _F32_MAN + 2  # a shift of 25 or more leaves less than half an ulp: zero
-            sh = Signal(range(lim + 1), name=f"psub_sh{r}")
-            m.d.comb += sh.eq(Mux(field < 1 - lim, lim, 1 - field))
-            wide = Signal(2 * (_F32_MAN + 1) + 2, name=f"psub_wide{r}")
-            m.d.comb += wide.eq(Cat(Const(0, lim + 1), sig24) >> sh)
-            kept = wide[lim + 1:]
-            guard, sticky = wide[lim], wide[:lim].any()
-            sub = Signal(_F32_MAN + 1, name=f"psub{r}")  # 2**23: rounds up to the smallest normal
-            m.d.comb += sub.eq(kept + self.product_round_up(kept[0], guard, sticky))
-        with m.If(nan):
-            m.d.comb += out.eq(FP32_QNAN)
-        with m.Elif(mag == 0):
-            m.d.comb += out.eq(0)
-        if s.rounds_products:
-            with m.Elif(field >= _F32_EXP_TOP):
-                m.d.comb += out.eq(Cat(Const(0, _F32_MAN), Const(_F32_EXP_TOP, FP32.exp_bits),
-                                       sign))
-            with m.Elif(field < 1):
-                m.d.comb += out.eq(Cat(sub, Const(0, 31 - len(sub)), sign))
-        with m.Else():
-            m.d.comb += out.eq(Cat(sig24[:_F32_MAN], field[:FP32.exp_bits], sign))
-        return out
-
-    def _pack_fixed(self, m, r, mag, sign, e_sum, nan):
-        """``+-mag`` shifted to the accumulator's binary point (exact); a NaN product adds
-        0 (the row's sticky flag records it)."""
-        s = self.spec
-        f = s.acc
-        extra = f.frac_bits - s.product_frac  # constant part of the shift
-        max_e = (1 << len(e_sum)) - 1
-        sh = Signal(range(max_e + 1), name=f"pshamt{r}")
-        m.d.comb += sh.eq(e_sum - 2)  # e_sum >= 2: each e_eff = max(E, 1) >= 1
-        shifted = Signal(f.width, name=f"pshift{r}")
-        m.d.comb += shifted.eq((mag << extra) << sh)
-        out = Signal(f.width, name=f"pfix{r}")
-        m.d.comb += out.eq(Mux(nan, 0, Mux(sign, -shifted, shifted)))
-        return out
 
 
 def build_tensor_core(**params) -> TensorCore:

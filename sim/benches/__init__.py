@@ -34,6 +34,9 @@ BENCHES: dict[str, str] = {
     "nvfp4-tc": f"{_FP4TC}:TensorCoreBench",
     "mxfp4-tc": f"{_FP4TC}:TensorCoreBench",
     "razer-tc": f"{_FP4TC}:TensorCoreBench",
+    "nvfp4-tc-os": f"{_FP4TC}:OuterCoreBench",
+    "mxfp4-tc-os": f"{_FP4TC}:OuterCoreBench",
+    "razer-tc-os": f"{_FP4TC}:OuterCoreBench",
 }
 
 

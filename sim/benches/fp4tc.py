@@ -41,6 +41,12 @@ Each stream programs the offset registers (RaZeR), then starts with ``clear``.
     End to end: a random 64 x 256 weight matrix and a 256-element activation vector
     quantized by the golden quantizers, ``rows`` output rows per tile, every block of
     every tile; the last accumulator of each row must equal ``TensorCoreSpec.gemv``.
+
+Output-stationary cores (:class:`OuterCoreBench`)
+-------------------------------------------------
+The same suites lifted to a ``rows`` x ``cols`` array of units (see the class), ``gemm``
+in place of ``gemv``; every ``acc[i][j]`` checked every cycle against
+:class:`~mactile.golden.tensorcore.OuterProductSpec`.
 """
 from __future__ import annotations
 
@@ -52,11 +58,13 @@ from mactile.golden.fp4blocks import razer_offset_code, razer_offset_value
 from mactile.golden.storage import SPECIAL_CODE, ZERO_CODE
 from mactile.golden.tensorcore import (ELEM_FRAC, OFFSET_BITS, OPERANDS, FixedAccumulator, FP32Accumulator,
                                        OperandSpec, default_specials, fp32_parts, fp32_rounding,
-                                       golden_format, interesting_fp32, tensor_core_spec)
+                                       golden_format, interesting_fp32, outer_product_spec,
+                                       tensor_core_spec)
 
 from ..bench import Bench, Stream, Vectors, pack_streams
 
-__all__ = ["DecoderBench", "TensorCoreBench", "Fp32AddBench", "GEMV_SHAPE", "gemv_operands"]
+__all__ = ["DecoderBench", "TensorCoreBench", "OuterCoreBench", "Fp32AddBench", "GEMV_SHAPE",
+           "gemv_operands"]
 
 #: Shape (N, K) of the end-to-end GEMV.
 GEMV_SHAPE = (64, 256)
@@ -224,21 +232,7 @@ class TensorCoreBench(Bench):
         R, C, beats = s.rows, s.cols, s.beats
         rng = rng or np.random.default_rng(0)
         has_w, has_a = s.weight.specials > 0, s.act.specials > 0
-        cycles = []  # (kind, payload)
-        cur = None
-        first = next(b for b in blocks if b is not None)
-        if has_w or has_a:
-            cycles.append(("cfg", (first.wo, first.ao)))
-            cur = (first.wo, first.ao)
-        for b in blocks:
-            if b is None:
-                cycles.append(("bubble", None))
-                continue
-            if (has_w or has_a) and (b.wo, b.ao) != cur:
-                cycles.append(("cfg", (b.wo, b.ao)))
-                cur = (b.wo, b.ao)
-            for beat in range(beats):
-                cycles.append(("beat", (b, beat)))
+        cycles, first = self._schedule(blocks)
         n = len(cycles)
         ins = {"valid": np.zeros(n, np.int64), "clear": np.zeros(n, np.int64),
                "act_scale": rng.integers(0, 256, n)}
@@ -307,6 +301,29 @@ class TensorCoreBench(Bench):
             if isinstance(s.acc, FixedAccumulator):
                 exp[f"acc_nan__{r}"] = nan_exp[:, r]
         return Stream(name, ins, check), exp, state
+
+    def _schedule(self, blocks):
+        """Cycles of ``blocks``: ``[(kind, payload)]`` with kind ``"cfg"`` (program the
+        offset registers: before the first block and wherever the values change),
+        ``"bubble"`` or ``"beat"`` (``(block, beat)``); and the first block."""
+        s = self.spec
+        specials = s.weight.specials > 0 or s.act.specials > 0
+        cycles = []
+        cur = None
+        first = next(b for b in blocks if b is not None)
+        if specials:
+            cycles.append(("cfg", (first.wo, first.ao)))
+            cur = (first.wo, first.ao)
+        for b in blocks:
+            if b is None:
+                cycles.append(("bubble", None))
+                continue
+            if specials and (b.wo, b.ao) != cur:
+                cycles.append(("cfg", (b.wo, b.ao)))
+                cur = (b.wo, b.ao)
+            for beat in range(s.beats):
+                cycles.append(("beat", (b, beat)))
+        return cycles, first
 
     def _acc_ints(self, state):
         """Accumulator port values as the harness reads them (fixed: signed)."""
@@ -638,6 +655,189 @@ class TensorCoreBench(Bench):
             made.append(self._stream("rounding ties", blocks, rng=rng))
             cycles += len(made[-1][0])
         return made, {}
+
+
+# =============================================================================== output-stationary
+class _OSBlock:
+    """One block step of the output-stationary core: ``rows`` activation blocks
+    (``ac`` (rows, block_size), ``ab`` (rows,)), ``cols`` weight blocks, clear, registers."""
+
+    __slots__ = ("ac", "ab", "wc", "wb", "clear", "wo", "ao")
+
+    def __init__(self, ac, ab, wc, wb, clear, wo, ao):
+        self.ac, self.ab = np.asarray(ac), np.asarray(ab, np.int64)
+        self.wc, self.wb = np.asarray(wc), np.asarray(wb, np.int64)
+        self.clear, self.wo, self.ao = bool(clear), tuple(wo), tuple(ao)
+
+
+class OuterCoreBench(TensorCoreBench):
+    """Vectors and golden expectations for an output-stationary
+    :class:`~mactile.rtl.fp4tc.outer.OuterCore` (golden:
+    :class:`~mactile.golden.tensorcore.OuterProductSpec`).
+
+    The suites are :class:`TensorCoreBench`'s, made by the same block makers for one
+    activation row against the ``cols`` weight blocks, then lifted to the array: step ``t``
+    of a stream keeps its weight blocks, clear and registers, activation row 0 gets block
+    ``t``'s activation (so row 0 replays the row-core suite exactly: its NaN-scale,
+    sticky-NaN and cancellation sequences) and row ``i`` that of block ``t + i`` of the
+    same stream (other scale and code mixes in every unit). ``ties`` gives every row block
+    ``t``'s activation, so that every unit's ``acc + P`` is a tie. ``gemm`` (fixed size)
+    replaces ``gemv``: the 64 x 256 weights against ``2 * rows`` activation vectors, every
+    (rows x cols) output tile in turn; the last accumulators must equal
+    :meth:`OuterProductSpec.gemm`.
+    """
+
+    suites = ("random", "corners", "ties", "long", "gemm", "full")
+    fixed_suites = ("corners", "gemm", "full")
+    #: Cycles; a block takes block_size/k_per_cycle of them here (16 by default, one in the
+    #: 16 x 16 row core), so twice the row core's counts.
+    default_counts = {"random": 4000, "ties": 1200, "long": 6000}
+
+    def __init__(self, *, w_specials=None, a_specials=None, **params):
+        self.os = outer_product_spec(**params)
+        row = {k: v for k, v in params.items() if k not in ("rows", "cols", "k_per_cycle",
+                                                             "drain")}
+        super().__init__(w_specials=w_specials, a_specials=a_specials, rows=self.os.cols,
+                         cols=self.os.k_per_cycle, **row)
+        self._shift = 1
+
+    def _lift(self, blocks):
+        """Row-core blocks (``None``: bubble) -> array steps (see the class docstring)."""
+        real = [b for b in blocks if b is not None]
+        n, R = len(real), self.os.rows
+        out, t = [], 0
+        for b in blocks:
+            if b is None:
+                out.append(None)
+                continue
+            acts = [real[(t + i * self._shift) % n] for i in range(R)]
+            out.append(_OSBlock(np.stack([a.ac for a in acts]), [a.ab for a in acts],
+                                b.wc, b.wb, b.clear, b.wo, b.ao))
+            t += 1
+        return out
+
+    def _stream(self, name, blocks, *, program=True, rng=None):
+        if any(isinstance(b, _Block) for b in blocks):
+            blocks = self._lift(blocks)
+        s = self.os
+        R, C, K, beats = s.rows, s.cols, s.k_per_cycle, s.beats
+        rng = rng or np.random.default_rng(0)
+        has_w, has_a = s.weight.specials > 0, s.act.specials > 0
+        cycles, first = self._schedule(blocks)
+        n = len(cycles)
+        ins = {"valid": np.zeros(n, np.int64), "clear": rng.integers(0, 2, n)}
+        ac = rng.integers(0, 16, (n, R, K))  # garbage in bubbles, ignored without valid
+        ab = rng.integers(0, 256, (n, R))
+        wc = rng.integers(0, 16, (n, C, K))
+        wb = rng.integers(0, 256, (n, C))
+        if has_w or has_a:
+            ins["cfg_we"] = np.zeros(n, np.int64)
+        wo_in = np.tile(np.asarray(first.wo, np.int64), (n, 1)) if has_w else None
+        ao_in = np.tile(np.asarray(first.ao, np.int64), (n, 1)) if has_a else None
+        state = s.initial()
+        started = False
+        acc_exp = np.zeros((n, R, C), np.int64)
+        nan_exp = np.zeros((n, R, C), np.int64)
+        valid_exp = np.zeros(n, np.int64)
+        check = np.zeros(n, bool)
+        fixed = isinstance(s.acc, FixedAccumulator)
+        for t, (kind, pay) in enumerate(cycles):
+            if kind == "cfg":
+                ins["cfg_we"][t] = 1
+                if has_w:
+                    wo_in[t:] = pay[0]
+                if has_a:
+                    ao_in[t:] = pay[1]
+            elif kind == "beat":
+                b, beat = pay
+                sl = slice(beat * K, (beat + 1) * K)
+                ins["valid"][t], ins["clear"][t] = 1, int(b.clear)
+                ac[t], ab[t], wc[t], wb[t] = b.ac[:, sl], b.ab, b.wc[:, sl], b.wb
+                if beat == beats - 1:
+                    ps = s.products(b.ac, b.ab, b.wc, b.wb, w_offsets=b.wo, a_offsets=b.ao)
+                    if not fixed:
+                        for i, p in enumerate(ps):
+                            for j in range(C):
+                                kind_ = "special" if p.nan[j] else fp32_rounding(
+                                    0 if b.clear else int(state["acc"][i, j]), int(p.neg[j]),
+                                    int(p.mag[j]), int(p.exp[j]))
+                                self.roundings[kind_] = self.roundings.get(kind_, 0) + 1
+                    state = s.accumulate(state, ps, clear=b.clear)
+                    valid_exp[t] = 1
+                    started = started or b.clear
+            check[t] = started
+            for i in range(R):
+                acc_exp[t, i] = self._acc_ints({"acc": state["acc"][i]})
+            nan_exp[t] = state["nan"].astype(np.int64)
+        for i in range(R):
+            ins[f"act_scales__{i}"] = ab[:, i]
+            for q in range(K):
+                ins[f"act_codes__{i}__{q}"] = ac[:, i, q]
+        for j in range(C):
+            ins[f"w_scales__{j}"] = wb[:, j]
+            for q in range(K):
+                ins[f"w_codes__{j}__{q}"] = wc[:, j, q]
+        for q in range(s.weight.specials):
+            ins[f"cfg_w_offsets__{q}"] = wo_in[:, q]
+        for q in range(s.act.specials):
+            ins[f"cfg_a_offsets__{q}"] = ao_in[:, q]
+        exp = {"acc_valid": valid_exp}
+        for i in range(R):
+            for j in range(C):
+                exp[f"acc__{i}__{j}"] = acc_exp[:, i, j]
+                if fixed:
+                    exp[f"acc_nan__{i}__{j}"] = nan_exp[:, i, j]
+        return Stream(name, ins, check), exp, state
+
+    def _suite_ties(self, **kw):
+        self._shift = 0  # every row the same activation: each unit's sum is a tie
+        try:
+            return super()._suite_ties(**kw)
+        finally:
+            self._shift = 1
+
+    def _suite_gemv(self, **kw):
+        raise ValueError("the output-stationary core's end-to-end suite is gemm")
+
+    def _suite_gemm(self, *, lanes, count, rng):
+        s = self.os
+        wf, af = self._w_format(), self._a_format()
+        if wf is None or af is None:
+            raise ValueError(f"gemm suite needs golden quantizers for both operands; "
+                             f"{s.weight.name}/{s.act.name} has none")
+        N, K = GEMV_SHAPE
+        M = 2 * s.rows
+        if N % s.cols:
+            raise ValueError(f"gemm suite: {N} weight rows are not a multiple of cols={s.cols}")
+        if lanes != 1:
+            raise ValueError("gemm suite runs the tiles one after another on one lane: lanes=1")
+        if (self.reset_wo, self.reset_ao) != (
+                tuple(razer_offset_code(v) for v in _default_specials(s.weight)),
+                tuple(razer_offset_code(v) for v in _default_specials(s.act))):
+            raise ValueError("gemm suite uses the golden quantizers' default special values: "
+                             "build the design with the default w_specials/a_specials")
+        qw, qx0 = gemv_operands(wf, af, rng)
+        qxs = [qx0] + [gemv_operands(wf, af, rng)[1] for _ in range(M - 1)]
+        final = s.gemm(qw, qxs)
+        wo, ao = self.reset_wo, self.reset_ao
+        made = []
+        for m0 in range(0, M, s.rows):
+            for n0 in range(0, N, s.cols):
+                xs, ws = qxs[m0:m0 + s.rows], slice(n0, n0 + s.cols)
+                blocks = [_OSBlock(np.stack([q.codes[kb] for q in xs]),
+                                   [q.scales[kb] for q in xs], qw.codes[ws, kb],
+                                   qw.scales[ws, kb], kb == 0, wo, ao)
+                          for kb in range(K // s.block_size)]
+                st, exp, state = self._stream(f"gemm rows {m0}-{m0 + s.rows - 1}, "
+                                              f"cols {n0}-{ws.stop - 1}", blocks, rng=rng)
+                want = final["acc"][m0:m0 + s.rows, ws]
+                if [[int(v) for v in r] for r in state["acc"]] != \
+                        [[int(v) for v in r] for r in want]:
+                    raise AssertionError("golden step-by-step run disagrees with "
+                                         "OuterProductSpec.gemm")
+                made.append((st, exp))
+        return made, {"gemm_shape": (M, N, K),
+                      "final_acc": [[int(v) for v in r] for r in final["acc"]]}
 
 
 # =============================================================================== FP32 adder

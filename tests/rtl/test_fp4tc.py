@@ -70,3 +70,47 @@ def test_decoder_parameters():
         DecoderUnit(operand="razer-act", specials=[5.0, 6.0])
     with pytest.raises(ValueError, match="off the 0.5 grid"):
         DecoderUnit(operand="razer-act", specials=[5.25])
+
+
+# ------------------------------------------------------------------ output-stationary
+@pytest.mark.parametrize("name", ["nvfp4-tc-os", "razer-tc-os", "mxfp4-tc-os"])
+def test_outer_designs_generate(name):
+    comp = DESIGNS[name].build(rows=2, cols=3)
+    text = verilog.convert(comp, name=comp.module_name)
+    assert f"module {comp.module_name}" in text
+    # the organisation: one decoder per activation row and weight column, a unit per pair
+    for sub in ("a_dec0", "a_dec1", "w_dec2", "u0_0", "u1_2", "u1_2.acc_add"):
+        assert f"module \\{comp.module_name}.{sub} (" in text
+
+
+def test_outer_core_properties():
+    from mactile.rtl.fp4tc.outer import OuterCore
+
+    tc = OuterCore()
+    assert (tc.os_spec.rows, tc.os_spec.cols, tc.beats, tc.latency) == (16, 16, 16, 3)
+    assert tc.throughput["macs_per_cycle"] == 256 and tc.throughput["blocks_per_cycle"] == 1 / 16
+    assert tc.module_name == "tc_os_nvfp4_nvfp4_16x16_k1_b16_fp32_unit_l3"
+    tc = OuterCore(rows=2, cols=3, k_per_cycle=4, acc="fixed", weight="razer",
+                   weight_scale="e3m3", act="razer-act", pipeline=["scaled", "input"])
+    assert tc.pipeline == ("input", "scaled") and tc.beats == 4 and tc.latency == 3
+    assert tc.module_name == "tc_os_razer_razer_act_2x3_k4_b16_fixed_unit_l3"
+    assert tc.throughput["macs_per_cycle"] == 24
+    # hours of Yosys at 16 x 16: out of the default report
+    assert not DESIGNS["razer-tc-os"].in_default_report and DESIGNS["razer-tc"].in_default_report
+    # the unit's arithmetic is the row core's: the same spec as a TensorCore row
+    assert tc.spec == TensorCore(rows=3, cols=4, acc="fixed", weight="razer",
+                                 weight_scale="e3m3", act="razer-act").spec
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"pipeline": ["dot", "bogus"]}, "pipeline cuts must be distinct names"),
+    ({"k_per_cycle": 3}, "k_per_cycle \\(3\\) must divide block_size"),
+    ({"drain": "shared"}, "unknown drain"),
+    ({"cols": 0}, "cols must be"),
+    ({"weight": "razer", "weight_scale": "e3m3", "w_specials": [5.0]}, "needs 2 special"),
+])
+def test_outer_core_rejects_bad_parameters(kwargs, match):
+    from mactile.rtl.fp4tc.outer import OuterCore
+
+    with pytest.raises(ValueError, match=match):
+        OuterCore(rows=1, **kwargs)

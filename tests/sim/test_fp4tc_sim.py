@@ -12,9 +12,13 @@ Split (Verilator build time grows with the array; simulation itself is cheap):
   cut and ``cols < block_size`` (RaZeR 2 x 4, also the end-to-end GEMV), FP4 elements
   with E3M3 weight scales, fixed, no cuts (NVFP4 3 x 8);
 * two deliberately broken designs (ties-away accumulator rounding, inverted special-value
-  sign) must fail.
+  sign) must fail;
+* the output-stationary cores (``*-tc-os``) on small arrays: ``full`` for NVFP4 2 x 4,
+  RaZeR 4 x 4 and MXFP4 2 x 2, RaZeR 2 x 2 fixed with every cut and 4 elements per unit
+  per cycle, the end-to-end ``gemm`` on 2 x 4, and a ties-away unit adder that must fail.
 
-``slow``: longer random and long-accumulation runs of the 16 x 16 cores.
+``slow``: longer random and long-accumulation runs of the 16 x 16 cores; the 16 x 16
+output-stationary cores end to end.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ pytest.importorskip("cocotb")
 from mactile.golden.tensorcore import epilogue, golden_format, tensor_core_spec  # noqa: E402
 from mactile.rtl.fp4tc.decoders import DecoderUnit, ElementDecoder  # noqa: E402
 from mactile.rtl.fp4tc.fp32add import FP32Adder  # noqa: E402
+from mactile.rtl.fp4tc.outer import OuterCore  # noqa: E402
 from mactile.rtl.fp4tc.tensorcore import TensorCore  # noqa: E402
 from mactile.rtl.registry import DESIGNS  # noqa: E402
 from mactile.sim import SimulatorUnavailable, default_build_root, run  # noqa: E402
@@ -181,3 +186,74 @@ def test_broken_special_sign_is_caught(sim_run):
     r = sim_run("razer-act-decoder", suite="exhaustive",
              component=_SignFlipUnit(operand="razer-act"))
     assert r.vectors > 0 and r.mismatched > 0
+
+
+# ------------------------------------------------------------------------------- output-stationary
+# Small arrays (the 16 x 16 default has 256 FP32 back ends: minutes of Verilator build).
+OS_SMALL = {
+    "nvfp4-2x4": ("nvfp4-tc-os", {"rows": 2, "cols": 4}),
+    "razer-4x4": ("razer-tc-os", {"rows": 4, "cols": 4}),
+    "mxfp4-2x2": ("mxfp4-tc-os", {"rows": 2, "cols": 2}),
+}
+
+
+@pytest.mark.parametrize("variant", list(OS_SMALL))
+def test_outer_core_full(variant, sim_run):
+    """corners + ties + long + random, lifted to the array (row 0 replays the row core's
+    sequences, the other rows other activation blocks), every accumulator every cycle."""
+    name, params = OS_SMALL[variant]
+    r = _ok(sim_run(name, suite="full", lanes=1, params=params))
+    parts = {k: v["fp32_roundings"] for k, v in r.notes["parts"].items()}
+    # counted per unit and block: a 16-beat block step is 1 cycle in 16 here
+    assert parts["ties"]["tie"] >= 100 and parts["ties"]["inexact"] > 0
+    for p in ("random", "long"):
+        assert parts[p]["tie"] > 0 and parts[p]["inexact"] > 0
+    assert parts["corners"]["special"] > 0  # NaN scales reached the accumulators
+
+
+def test_outer_core_gemm_end_to_end(sim_run):
+    """64 x 256 weights against 4 activation vectors through a 2 x 4 array, tile by tile:
+    every accumulator every cycle, and the last ones equal OuterProductSpec.gemm."""
+    from mactile.golden.tensorcore import outer_product_spec
+
+    name, params = OS_SMALL["nvfp4-2x4"]
+    seed = 5
+    r = _ok(sim_run(name, suite="gemm", lanes=1, params=params, seed=seed))
+    full = {k: v for k, v in {**DESIGNS[name].params, **params}.items()
+            if k not in ("w_specials", "a_specials")}
+    spec = outer_product_spec(**full)
+    wf, af = golden_format(spec.weight), golden_format(spec.act)
+    rng = np.random.default_rng(seed)
+    qw, qx0 = gemv_operands(wf, af, rng)
+    qxs = [qx0] + [gemv_operands(wf, af, rng)[1] for _ in range(2 * spec.rows - 1)]
+    golden = spec.gemm(qw, qxs)
+    assert r.notes["final_acc"] == [[int(v) for v in row] for row in golden["acc"]]
+    # the epilogue of row 0 is the quantized GEMV
+    y = epilogue(golden["acc"][0], qw.tensor_scale, qxs[0].tensor_scale)
+    ref = qw.dequantize() @ qxs[0].dequantize()
+    assert np.allclose(y, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+
+
+def test_outer_core_fixed_all_cuts_k4(sim_run):
+    """The other generator paths: fixed accumulator, every pipeline cut, 4 element pairs
+    per unit per cycle (4 beats a block), RaZeR decoders."""
+    _ok(sim_run("razer-tc-os", suite="full", lanes=1,
+                params={"rows": 2, "cols": 2, "k_per_cycle": 4, "acc": "fixed",
+                        "pipeline": ["input", "dot", "product", "scaled"]}))
+
+
+class _TiesAwayOuter(OuterCore):
+    adder_cls = _TiesAwayAdder
+
+
+def test_broken_outer_accumulator_rounding_is_caught(sim_run):
+    r = sim_run("nvfp4-tc-os", suite="ties", lanes=1, params={"rows": 1, "cols": 2},
+                component=_TiesAwayOuter(rows=1, cols=2))
+    assert r.vectors > 0 and r.mismatched > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["nvfp4-tc-os", "razer-tc-os"])
+def test_outer_core_16x16_gemm(name, sim_run):
+    """The registered 16 x 16 arrays end to end (long Verilator build)."""
+    _ok(sim_run(name, suite="gemm", lanes=1))
