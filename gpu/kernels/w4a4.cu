@@ -47,13 +47,13 @@ struct W4a4Cfg {
     static constexpr int SMEM = STAGES * STAGE_BYTES + RED_BYTES + 16;
 };
 
+// One unit's stage is its weights (codes + scales) and its activations (codes + scales);
+// they are issued separately so that the prologue can request the weights (which no
+// kernel before us writes) ahead of griddepcontrol.wait and the activations after it.
 template <int MT, int STAGES>
-__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int KA, int M,
-                                               const unsigned char* __restrict__ codes,
-                                               const unsigned char* __restrict__ scales,
+__device__ __forceinline__ void w4a4_load_acts(unsigned char* st, int k0, int KA, int M,
                                                const u8* __restrict__ acodes, const u8* __restrict__ ascales) {
     using C = W4a4Cfg<MT, STAGES>;
-    rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
     unsigned char* ac = st + RM_CODE_BYTES + RmScales<0>::BYTES;
     const u32 dc = smem_u32(ac), ds = smem_u32(ac + C::ACODE_BYTES);
     // the activation buffers are padded to KA (multiple of 512): always whole units.
@@ -72,7 +72,15 @@ __device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0
                    ok ? ascales + (size_t)m * (unsigned)(KA / 16) + (unsigned)(k0 / 16) + ch * 16 : ascales,
                    ok ? 16 : 0);
     }
-    (void)klen;
+}
+
+template <int MT, int STAGES>
+__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int KA, int M,
+                                               const unsigned char* __restrict__ codes,
+                                               const unsigned char* __restrict__ scales,
+                                               const u8* __restrict__ acodes, const u8* __restrict__ ascales) {
+    rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
+    w4a4_load_acts<MT, STAGES>(st, k0, KA, M, acodes, ascales);
 }
 
 __device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
@@ -102,7 +110,6 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
     const int c = blockIdx.x;
     const int ubeg = stripe_begin(c, U, n_ctas), uend = stripe_begin(c + 1, U, n_ctas);
     const int my_first_tile = ubeg / KU;
-    const float out_scale = w_ts * __ldg(a_ts);
 
     float acc[8][MT];
 #pragma unroll
@@ -110,14 +117,27 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
 #pragma unroll
         for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
 
+    // Prologue, weights first: with programmatic dependent launch (after the activation
+    // quantizer) these copies overlap the quantizer; the activations, their scales and the
+    // tensor scale are read only after griddepcontrol.wait (a no-op in a plain launch).
+    // Everything before the wait reads weights only and writes nothing in global memory.
     int prt = ubeg / KU, pkc = ubeg % KU;  // unit being prefetched
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (ubeg + s < uend)
-            w4a4_load_unit<MT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC),
-                                       K_pad, KA, M, codes, scales, acodes, ascales);
-        cp_async_commit();
+            rm_load_weights<0>(smem + s * C::STAGE_BYTES, smem + s * C::STAGE_BYTES + RM_CODE_BYTES, prt,
+                               pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC), K_pad, codes, scales);
         if (++pkc == KU) { pkc = 0; ++prt; }
+    }
+    griddep_launch_dependents();
+    griddep_wait();
+    const float out_scale = w_ts * __ldg(a_ts);
+    pkc = ubeg % KU;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {  // group 0 also holds every prologue weight copy
+        if (ubeg + s < uend) w4a4_load_acts<MT, STAGES>(smem + s * C::STAGE_BYTES, pkc * RM_KC, KA, M, acodes, ascales);
+        cp_async_commit();
+        if (++pkc == KU) pkc = 0;
     }
     int stage = 0;
     int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
@@ -206,6 +226,10 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
     const int nb_row = KA / 16, nb_real = K / 16;
     const int NB = M * nb_row;
     const int b0 = (int)(((long long)rank * NB) / mt::QA_CLUSTER), b1 = (int)(((long long)(rank + 1) * NB) / mt::QA_CLUSTER);
+    // Programmatic dependent launch: the GEMV may start now (it streams weights until its
+    // own griddepcontrol.wait); x is read only after the previous kernel has completed.
+    mt::griddep_launch_dependents();
+    mt::griddep_wait();
 
     // phase 1: tensor amax (max is order-independent: exact)
     float a = 0.f;
