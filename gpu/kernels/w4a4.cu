@@ -18,22 +18,6 @@
 
 namespace mt {
 
-__device__ __forceinline__ u32 cluster_ctarank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ float ld_cluster_f32(const float* p, u32 rank) {
-    u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(p)), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
-    return v;
-}
-
 constexpr int QA_THREADS = 512;
 constexpr int QA_CLUSTER = 8;
 
@@ -83,11 +67,6 @@ __device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0
     w4a4_load_acts<MT, STAGES>(st, k0, KA, M, acodes, ascales);
 }
 
-__device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
 // LUT bytes 4v+64 (v in [-6, 6]) -> signed bytes 4v, per byte without borrows.
 __device__ __forceinline__ u32 lutbyte_to_s8(u32 b) {
     return b ^ 0xC0C0C0C0u ^ ((b & 0x40404040u) << 1);
@@ -174,7 +153,7 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                 aw[m][3] = lutbyte_to_s8(hi);
                 int cr = 0;
 #pragma unroll
-                for (int q = 0; q < 4; ++q) cr = dp4a_us(0x40404040u, aw[m][q], cr);
+                for (int q = 0; q < 4; ++q) cr = dp4a_u8s8(0x40404040u, aw[m][q], cr);
                 corr[m] = cr;
                 sa[m] = scale_f32<FID_NVFP4>(as[m * (RM_KC / 16) + lane]) * (LUT_INV_SCALE * LUT_INV_SCALE);
             }
@@ -188,10 +167,10 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                 lut8(w8.y, L.p0, L.p0, L, b[2], b[3]);
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
-                    int d = dp4a_us(b[0], aw[m][0], 0);
-                    d = dp4a_us(b[1], aw[m][1], d);
-                    d = dp4a_us(b[2], aw[m][2], d);
-                    d = dp4a_us(b[3], aw[m][3], d);
+                    int d = dp4a_u8s8(b[0], aw[m][0], 0);
+                    d = dp4a_u8s8(b[1], aw[m][1], d);
+                    d = dp4a_u8s8(b[2], aw[m][2], d);
+                    d = dp4a_u8s8(b[3], aw[m][3], d);
                     acc[i][m] = fmaf((float)(d - corr[m]), sw * sa[m], acc[i][m]);
                 }
             }
@@ -255,11 +234,11 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
         for (int i = 0; i < mt::QA_THREADS / 32; ++i) m = fmaxf(m, s_red[i]);
         s_amax = m;
     }
-    mt::cluster_sync_all();
+    mt::cluster_sync();
     float amax = 0.f;
 #pragma unroll
-    for (u32 r = 0; r < mt::QA_CLUSTER; ++r) amax = fmaxf(amax, mt::ld_cluster_f32(&s_amax, r));
-    mt::cluster_sync_all();  // no CTA leaves while another still reads its shared memory
+    for (u32 r = 0; r < mt::QA_CLUSTER; ++r) amax = fmaxf(amax, mt::ld_dsmem_f32(&s_amax, r));
+    mt::cluster_sync();  // no CTA leaves while another still reads its shared memory
 
     float d32 = __fdiv_rn(amax, mt::NVFP4_TS_DENOM);
     if (!(d32 > 0.f)) d32 = 1.f;
