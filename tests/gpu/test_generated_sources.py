@@ -14,11 +14,11 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['35383bd11160a4f313f9',
+SOURCES = ['2c252d33f14fb50c85f5',
  '487d741941b4498dc9ef',
  '7e1bb70da5e560795c34',
  '91bb0d33a02f48d1af4e',
- 'b26915114eeda7f013df']
+ 'f26df42e578c84758a2d']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
  'nvfp4': [0, 16, 'uint8', 127, 0, 'fp8_e4m3', 3, 7, False,
