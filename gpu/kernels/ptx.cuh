@@ -298,4 +298,17 @@ __device__ __forceinline__ int ld_dsmem_s32(const void* local, u32 rank) {
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
+// ------------------------------------------------------------------ timing (benchmark traces)
+// Global nanosecond timer (same clock on every SM) and the SM this thread runs on.
+__device__ __forceinline__ u64 globaltimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ u32 smid() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return r;
+}
+
 }  // namespace ptx

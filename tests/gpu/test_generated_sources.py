@@ -1,9 +1,9 @@
 """The generated CUDA texts stay byte-identical to those the prebuilt cubins were verified
 with on the GPU (CPU-only: headers recorded from main at 827e50f, before the kernel
 constants were derived from golden/storage.py; source digests those of the cubins of the
-last GPU run, 3214bbc: 506 passed; since then 09d0e27 PDL and the PTX-wrapper move to ptx.cuh,
-whose SASS is identical to 09d0e27 under nvcc, not yet run on a GPU). A change here needs a new
-GPU run."""
+last GPU run, 3214bbc: 506 passed; since then 09d0e27 PDL, 1187416 engine trace and the
+PTX-wrapper move to ptx.cuh, whose SASS is identical to 1187416 under nvcc; not yet run on
+a GPU). A change here needs a new GPU run."""
 import hashlib
 
 import pytest
@@ -16,11 +16,11 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['4edce53504ac2b606bc3',
- 'a5736a0103319bc29421',
- 'b4b571d21207a0cc024b',
- 'fbf2aa861d572b8f8502',
- 'fe83b7871eb26c42f5a4']
+SOURCES = ['62eb63d60464c2118a03',
+ 'a6951aa00220950e0e86',
+ 'd5c2c2104f8da481ad70',
+ 'dfc2017e465cbc7306ba',
+ 'e7f306ae1a4bab79ab1b']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
  'nvfp4': [0, 16, 'uint8', 127, 0, 'fp8_e4m3', 3, 7, False,
