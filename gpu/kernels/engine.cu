@@ -34,6 +34,7 @@
 // every 128 of K against Hopper's reduced-precision FP8 accumulation).
 #include "ptx.cuh"
 #include "fp4_common.cuh"
+#include "nestedfp_common.cuh"
 
 MACTILE_GENERATED_WGMMA
 
@@ -154,15 +155,7 @@ __device__ __forceinline__ void frag_decode(u32 (&a)[4], u32 w, u32 sp, const Lu
 }
 
 // ------------------------------------------------------------------ A_PLANES decode
-// NestedFP16 reconstruction of four weights at once (NestedFP Sec. 4.3, Figure 6), per byte:
-//   sub = (u & 1) ^ (l >> 7); field = ((u - sub) >> 1) & 0x3F; hi = (u & 0x80) | field
-// The byte-wise u - sub borrows from nothing: bit 7 is set first and only bits 1..6 of the
-// difference are kept, which equals the golden merge's arithmetic on those bits.
-__device__ __forceinline__ u32 nested_hi(u32 u, u32 l) {
-    const u32 sub = (u ^ (l >> 7)) & 0x01010101u;
-    const u32 d = (u | 0x80808080u) - sub;
-    return (u & 0x80808080u) | ((d >> 1) & 0x3F3F3F3Fu);
-}
+using nfp::nested_hi;  // NestedFP16 reconstruction (kernels/nestedfp_common.cuh)
 // Byte offset of (row, 16-byte chunk) in a tile of 64-byte rows with the 64B swizzle.
 __device__ __forceinline__ u32 sw64_offset(int row, int chunk) {
     return (u32)(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));

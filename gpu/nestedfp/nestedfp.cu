@@ -13,6 +13,7 @@
 //   nestedfp_stream<...>    small-M streaming GEMM of both modes (mma.sync, below).
 
 #include "ptx.cuh"  // inlined by mactile.gpu.runtime.load_source (NVRTC and nvcc)
+#include "nestedfp_common.cuh"  // nested_hi, shared with the GEMM engine
 #include <cuda_fp8.h>
 
 namespace nfp {
@@ -92,16 +93,6 @@ nestedfp_quant_e4m3(const __half* __restrict__ x, int M, int K, int ldx, int Kp,
     }
     *reinterpret_cast<uint4*>(xq + (long long)m * Kp + 16 * c) = make_uint4(out[0], out[1], out[2], out[3]);
   }
-}
-
-// NestedFP16 reconstruction of four weights at once (Sec. 4.3, Figure 6), per byte j:
-//   sub = (u & 1) ^ (l >> 7); field = ((u - sub) >> 1) & 0x3F; hi = (u & 0x80) | field
-// The byte-wise u - sub borrows from nothing: bit 7 is set first and only bits 1..6 of the
-// difference are kept, which equals the golden merge's 32-bit arithmetic on those bits.
-__device__ __forceinline__ uint32_t nested_hi(uint32_t u, uint32_t l) {
-  const uint32_t sub = (u ^ (l >> 7)) & 0x01010101u;
-  const uint32_t d = (u | 0x80808080u) - sub;
-  return (u & 0x80808080u) | ((d >> 1) & 0x3F3F3F3Fu);
 }
 
 // ---------------------------------------------------------------- small-M streaming GEMM

@@ -16,10 +16,10 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['62eb63d60464c2118a03',
- 'a6951aa00220950e0e86',
+SOURCES = ['18f1306c579a9b6056a8',
+ '62eb63d60464c2118a03',
+ 'd475ddb8cd523134b1a6',
  'd5c2c2104f8da481ad70',
- 'dfc2017e465cbc7306ba',
  'e7f306ae1a4bab79ab1b']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
