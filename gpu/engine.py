@@ -28,7 +28,7 @@ from .runtime import ceil_div, load_source, require_cupy, sm_count
 
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
-           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl"]
+           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -150,8 +150,9 @@ def engine_name(fmt: str, cfg: EngineConfig) -> str:
     return f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}>"
 
 
-def _kernel(fmt: str, cfg: EngineConfig):
-    return prebuilt.get_kernel(engine_source(), engine_name(fmt, cfg), max_dynamic_smem=smem_bytes(fmt, cfg))
+def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False):
+    src = ("#define MT_ENGINE_TRACE 1\n" if traced else "") + engine_source()
+    return prebuilt.get_kernel(src, engine_name(fmt, cfg), max_dynamic_smem=smem_bytes(fmt, cfg))
 
 
 def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int | None = None) -> int:
@@ -223,14 +224,35 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     C = cfg.n_ctas or default_ctas(tiles, units, tile_bytes=tile_bytes)
     C = min(C, units)
     ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
-    fn = _kernel(fmt, cfg)
+    trace = _TRACE.get("buf")
+    fn = _kernel(fmt, cfg, traced=trace is not None)
     out_f32 = y.dtype == np.float32
+    if trace is not None and trace.size < TRACE_SLOTS * C:
+        raise ValueError(f"trace buffer holds {trace.size} stamps; this launch needs {TRACE_SLOTS * C}")
     launch(fn, (C,), ((cfg.wgs + 1) * 128,),
            (tm_b, tm_a0, tm_a1, wcodes, wscales, col_scale, y, ws, cnt, np.int32(M), np.int32(N),
             np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.float32(out_scale),
-            np.int32(out_f32), *(np.uint32(v) for v in lut)),
+            np.int32(out_f32), *(np.uint32(v) for v in lut), trace),
            shared_mem=smem_bytes(fmt, cfg), pdl=pdl)
     return y
+
+
+#: Stamps per CTA of an engine trace, in the kernel's order (engine.cu ``TR_*``).
+TRACE_FIELDS = ("entry", "ready", "first_copy", "first_data", "main_end", "end", "sm", "tiles")
+TRACE_SLOTS = len(TRACE_FIELDS)
+_TRACE: dict = {}
+
+
+def set_trace(buf) -> None:
+    """Record the next engine launches' per-CTA phases into ``buf`` (CuPy uint64, at least
+    ``TRACE_SLOTS`` x CTAs, zeroed by the caller), or stop recording (``None``). Benchmarks
+    only (``benchmarks/engine_trace.py``): traced launches run a separate NVRTC build of the
+    kernel with the stamps compiled in (``MT_ENGINE_TRACE``); each overwrites the same slots."""
+    if buf is not None:
+        cp = require_cupy()
+        if not isinstance(buf, cp.ndarray) or buf.dtype != np.uint64:
+            raise TypeError("set_trace: buf must be a CuPy uint64 array or None")
+    _TRACE["buf"] = buf
 
 
 def _out(M, N, out, out_dtype):

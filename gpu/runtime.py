@@ -92,23 +92,26 @@ def require_cupy():
 
 
 # --------------------------------------------------------------------------- compile
-def load_source(*names: str, prelude: str = "") -> str:
-    """Concatenate ``prelude`` and the named ``.cu``/``.cuh`` files of :data:`KERNEL_DIR`.
+def load_source(*names: "str | os.PathLike", prelude: str = "") -> str:
+    """Concatenate ``prelude`` and the named ``.cu``/``.cuh`` files.
 
-    ``#include "x.cuh"`` lines of those files are inlined (NVRTC gets no include path
-    for our folder), once each.
+    A plain name is a file of :data:`KERNEL_DIR`; a path (``Path``) is read as given (the
+    FlexQ and NestedFP sources live beside their Python modules). ``#include "x.cuh"``
+    lines are inlined from :data:`KERNEL_DIR` (NVRTC gets no include path for our folder,
+    and the same inlined text is what nvcc builds), once each.
     """
-    seen: set[str] = set()
+    seen: set[Path] = set()
 
-    def read(name: str) -> str:
-        if name in seen:
+    def read(name: "str | os.PathLike") -> str:
+        path = Path(name) if isinstance(name, os.PathLike) else KERNEL_DIR / name
+        if path in seen:
             return ""
-        seen.add(name)
-        path = KERNEL_DIR / name
+        seen.add(path)
         if not path.exists():
-            raise FileNotFoundError(f"kernel source {name!r} not found in {KERNEL_DIR}")
+            raise FileNotFoundError(f"kernel source {str(name)!r} not found"
+                                    + ("" if isinstance(name, os.PathLike) else f" in {KERNEL_DIR}"))
         text = path.read_text()
-        return re.sub(r'^#include\s+"([^"]+)"\s*$', lambda m: read(m.group(1)), text, flags=re.M)
+        return re.sub(r'^#include\s+"([^"]+)"[^\n]*$', lambda m: read(m.group(1)), text, flags=re.M)
 
     return prelude + "\n" + "".join(read(n) for n in names)
 

@@ -3,12 +3,16 @@
 :func:`quantize_activation` turns FP16 ``x[M, K]`` into NVFP4 bit for bit as
 ``mactile.golden.NVFP4().quantize(x)`` does (same FP32 op order; tensor scale over the
 whole ``x``) in one launch of one 8-CTA cluster; :func:`gemv_w4a4` multiplies NVFP4
-activations with NVFP4 weights (rowmajor layout) for M = 1..8; :func:`linear_w4a4` does both.
+activations with NVFP4 weights (rowmajor layout) for M = 1..8; :func:`linear_w4a4` does both,
+with programmatic dependent launch where the driver allows it: the GEMV starts while the
+quantizer runs and streams its first weight stages before it waits for the activations.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import launch as _launch
+from . import pdl as _pdl
 from .build import kernel
 from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
@@ -53,11 +57,14 @@ def w4a4_smem(MT: int, S: int | None = None) -> int:
     return S * stage + MT * 68 * 4 + 16
 
 
-def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = False) -> PackedActivation:
+def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = False,
+                        pdl: bool = False) -> PackedActivation:
     """NVFP4-quantize FP16 activations ``x[M, K]`` on the GPU (bit-exact with the golden model).
 
     ``K`` must be a multiple of 16 (the NVFP4 block). ``out`` reuses buffers of a previous
-    call with the same shape (required inside CUDA graphs).
+    call with the same shape (required inside CUDA graphs). ``pdl``: launch with
+    programmatic dependent launch (the kernel reads ``x`` only after the previous kernel on
+    the stream has completed, and lets the next one start at once).
     """
     cp = require_cupy()
     if not isinstance(x, cp.ndarray) or x.ndim != 2:
@@ -73,7 +80,11 @@ def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = 
     elif (out.M, out.K) != (M, K):
         raise ValueError(f"out was made for [{out.M}, {out.K}], x is [{M}, {K}]")
     k = kernel("nvfp4_quantize_act")
-    k((8,), (512,), (x, np.int32(M), np.int32(K), np.int32(KA), out.codes, out.scales, out.tensor_scale))
+    args = (x, np.int32(M), np.int32(K), np.int32(KA), out.codes, out.scales, out.tensor_scale)
+    if pdl:
+        _launch.launch(k, (8,), (512,), args, pdl=True)
+    else:
+        k((8,), (512,), args)
     check_launch("nvfp4_quantize_act", sync=sync)
     return out
 
@@ -94,11 +105,14 @@ def tile_aligned_ctas(RT: int, KU: int, slots: int) -> int:
 
 
 def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16,
-              n_ctas: int | None = None, stages: int | None = None, sync: bool = False):
+              n_ctas: int | None = None, stages: int | None = None, sync: bool = False,
+              pdl: bool = False):
     """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation).
 
     ``n_ctas``: CTAs (stripes); ``stages``: cp.async pipeline depth. Defaults: for M = 1
-    :func:`w4a4_m1_launch`, else RaZeR's limited-SM rule and :func:`w4a4_stages`."""
+    :func:`w4a4_m1_launch`, else RaZeR's limited-SM rule and :func:`w4a4_stages`.
+    ``pdl``: programmatic dependent launch (the first weight stages are requested before
+    the kernel waits for the previous kernel, e.g. :func:`quantize_activation`)."""
     if pw.fmt.name != "nvfp4":
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
@@ -122,15 +136,24 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     smem = w4a4_smem(MT, S)
     k = kernel("w4a4_gemv", MT=MT, S=S, smem=smem)
     l0, l1, l2, l3, _ = pw.fmt.lut_args
-    k((C,), (256,), (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, ws, cnt,
-                     np.int32(M), np.int32(pw.N), np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(RT),
-                     np.int32(C), np.float32(pw.tensor_scale), np.int32(f32),
-                     np.uint32(l0), np.uint32(l1), np.uint32(l2), np.uint32(l3)), shared_mem=smem)
+    args = (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, ws, cnt,
+            np.int32(M), np.int32(pw.N), np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(RT),
+            np.int32(C), np.float32(pw.tensor_scale), np.int32(f32),
+            np.uint32(l0), np.uint32(l1), np.uint32(l2), np.uint32(l3))
+    if pdl:
+        _launch.launch(k, (C,), (256,), args, shared_mem=smem, pdl=True)
+    else:
+        k((C,), (256,), args, shared_mem=smem)
     check_launch("w4a4_gemv", sync=sync)
     return y
 
 
-def linear_w4a4(x, pw: PackedW4A16, *, act: PackedActivation | None = None, **kw):
-    """Quantize ``x`` to NVFP4 and run the W4A4 GEMV (two launches)."""
-    a = quantize_activation(x, out=act)
-    return gemv_w4a4(a, pw, **kw)
+def linear_w4a4(x, pw: PackedW4A16, *, act: PackedActivation | None = None, pdl: bool | None = None,
+                **kw):
+    """Quantize ``x`` to NVFP4 and run the W4A4 GEMV (two launches).
+
+    ``pdl``: both launches with programmatic dependent launch, so that the GEMV's weight
+    stream overlaps the quantizer (None: wherever the driver library loads)."""
+    use = _pdl.available() if pdl is None else bool(pdl)
+    a = quantize_activation(x, out=act, pdl=use)
+    return gemv_w4a4(a, pw, pdl=use, **kw)

@@ -9,8 +9,10 @@ times, with :mod:`.harness` (CUDA-graph replay, weights rotated over >= 4x L2, r
   NestedFP in FP16 and FP8 mode (``nestedfp16``/``nestedfp8``: streaming kernels for M <= 8,
   the engine above; FP8 mode includes its per-token activation quantization), and FlexQ
   W6A6 (``flexq-w6a6``, M <= 64: its binary tensor-core GEMM with the activation packing);
-* for M <= 8 the alternatives ``w4a16_cc`` (CUDA-core GEMV), ``w4a4_gemv`` and
-  ``w4a4_quant+gemv`` (ReSET, nvfp4), so the crossover table can be written;
+* for M <= 8 the alternatives ``w4a16_cc`` (CUDA-core GEMV), ``w4a4_gemv``,
+  ``w4a4_quant+gemv`` (ReSET, nvfp4: :func:`~mactile.gpu.w4a4.linear_w4a4`, quantizer and GEMV
+  overlapped by programmatic dependent launch) and ``w4a4_quant+gemv_serial`` (the same two
+  launches without PDL), so the crossover table can be written;
 * baselines ``cublas_fp16`` (``torch.matmul``) and ``torch_fp8`` (``torch._scaled_mm``);
 * optionally ReSET's step-aware temperature sampler (``temperature=True``);
 
@@ -151,7 +153,7 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
     cp = ctx.cp
     from ..linear import linear
     from ..w4a16 import gemv_cc
-    from ..w4a4 import gemv_w4a4, quantize_activation
+    from ..w4a4 import gemv_w4a4, linear_w4a4, quantize_activation
     l2 = ctx.info["l2_bytes"]
     cols = np.sort(ctx.rng.choice(N, size=min(N, 96), replace=False))
     extra = {"model": model, "layer": layer}
@@ -200,6 +202,7 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
                     if kind == "nvfp4":
                         jobs.append(("w4a4_gemv", kind, q, sets, sets[0].nbytes("rowmajor")))
                         jobs.append(("w4a4_quant+gemv", kind, q, sets, sets[0].nbytes("rowmajor")))
+                        jobs.append(("w4a4_quant+gemv_serial", kind, q, sets, sets[0].nbytes("rowmajor")))
             elif kind.startswith("nestedfp"):
                 w, layers = weights["nestedfp"]
                 jobs.append(("linear", kind, w, layers, layers[0].upper.nbytes * (2 if kind == "nestedfp16" else 1)))
@@ -225,7 +228,8 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
                 if kern == "w4a4_gemv":
                     fn = lambda i: gemv_w4a4(acts[i], sets[i], out=ys[i])  # noqa: E731
                 else:
-                    fn = lambda i: (quantize_activation(xs[i], out=acts[i]), gemv_w4a4(acts[i], sets[i], out=ys[i]))  # noqa: E731
+                    use_pdl = kern == "w4a4_quant+gemv"
+                    fn = lambda i, p=use_pdl: linear_w4a4(xs[i], sets[i], act=acts[i], out=ys[i], pdl=p)  # noqa: E731
             try:
                 ys[0].fill(np.nan)
                 fn(0)

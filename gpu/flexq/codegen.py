@@ -27,15 +27,15 @@ def _chain(pairs, dst: str, init: str, singles: str) -> list[str]:
         if len(pairs) >= 2:
             (s0, t0), (s1, t1) = pairs[0], pairs[1]
             pairs = pairs[2:]
-            lines.append(f"bmma256({dst}, w[{2*s0}], w[{2*s0+1}], w[{2*s1}], w[{2*s1+1}], "
+            lines.append(f"mma_b1_and_popc_m16n8k256({dst}, w[{2*s0}], w[{2*s0+1}], w[{2*s1}], w[{2*s1+1}], "
                          f"x[{t0}], x[{t1}], {src});")
         else:
             (s0, t0), = pairs
             pairs = []
             if singles == "k128":
-                lines.append(f"bmma128({dst}, w[{2*s0}], w[{2*s0+1}], x[{t0}], {src});")
+                lines.append(f"mma_b1_and_popc_m16n8k128({dst}, w[{2*s0}], w[{2*s0+1}], x[{t0}], {src});")
             else:
-                lines.append(f"bmma256({dst}, w[{2*s0}], w[{2*s0+1}], 0u, 0u, x[{t0}], 0u, {src});")
+                lines.append(f"mma_b1_and_popc_m16n8k256({dst}, w[{2*s0}], w[{2*s0+1}], 0u, 0u, x[{t0}], 0u, {src});")
         src = dst
     return lines
 

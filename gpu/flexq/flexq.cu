@@ -13,36 +13,11 @@
 //                                 MMA accumulator), group scales in the epilogue.
 //   OUT: 0 = FP16 Y, 1 = FP32 Y, 2 = int32 Int_g[m, n, g] (test path, before scaling).
 
-#include <cuda_fp16.h>
-#if defined(__CUDACC_RTC__)  // NVRTC has no <cstdint>
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-typedef unsigned long long uintptr_t;
-#else
-#include <cstdint>
-#endif
+#include "ptx.cuh"  // inlined by mactile.gpu.runtime.load_source (NVRTC and nvcc)
 
 namespace flexq {
 
-// ---------------------------------------------------------------- binary MMAs
-__device__ __forceinline__ void bmma256(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1, const int (&c)[4]) {
-  asm("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
-        "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
-}
-
-__device__ __forceinline__ void bmma128(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0,
-                                        const int (&c)[4]) {
-  asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
-      "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
-}
+using namespace ptx;  // the PTX wrappers (mma, loads, clusters, griddepcontrol) live in one header
 
 // acc = 2 * acc - n  (one IADD3 per register)
 __device__ __forceinline__ void dbl_sub(int (&acc)[4], const int (&n)[4]) {
@@ -65,22 +40,6 @@ template <int P, int Q> struct FlexqTile;  // specialised by the generated sched
 FLEXQ_GENERATED_SCHEDULES
 
 namespace flexq {
-
-// Programmatic dependent launch (sm_90): the quantize kernel lets the GEMM grid launch at
-// once; the GEMM waits for the quantize grid's completion (and its memory) only before it
-// reads the activation planes. Both are no-ops for an ordinary launch.
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void griddep_launch() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-  // Weights are read once: do not keep them in L1 (the paper's "cache eviction").
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
 
 // ---------------------------------------------------------------- online quantizer
 // One warp quantizes one (row, group): lane l holds elements l, l+32, l+64, l+96, so
@@ -133,7 +92,9 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
   const long long wid = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (wid >= (long long)rows_pad * G) return;  // warp-uniform
   const int row = (int)(wid / G), grp = (int)(wid % G);
-  griddep_launch();
+  // Programmatic dependent launch: the GEMM grid may launch at once; it waits for this grid
+  // (griddep_wait) only before it reads the planes. A no-op for an ordinary launch.
+  griddep_launch_dependents();
 
   float v[4];
   bool bad = false;
@@ -204,7 +165,7 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
           const uint32_t* p = wp + (((long long)wt * G + grp) * 32 + lane) * WW;
 #pragma unroll
           for (int v = 0; v < WW / 4; ++v) {
-            const uint4 t = ldg_stream(p + 4 * v);
+            const uint4 t = ldg_stream16(p + 4 * v);
             wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
             wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
           }
@@ -306,25 +267,6 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
 // K splits (gridDim.y > 1) meet in an FP32 workspace (red.add); the last block of a row
 // block converts it and clears it (order of FP32 additions not fixed).
 
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t ld_dsmem(const void* local, uint32_t rank) {
-  uint32_t remote, v;
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
-  return v;
-}
-
 template <int P, int Q, int MT, int RT, int WR, int WK, int U, int C, int OUT>
 __global__ void __launch_bounds__(WR * WK * 32) __cluster_dims__(C, 1, 1)
 flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
@@ -361,7 +303,7 @@ flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
           const uint32_t* p = wp + (((long long)wt * G + grp) * 32 + lane) * WW;
 #pragma unroll
           for (int v = 0; v < WW / 4; ++v) {
-            const uint4 t = ldg_stream(p + 4 * v);
+            const uint4 t = ldg_stream16(p + 4 * v);
             wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
             wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
           }
@@ -376,7 +318,7 @@ flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
 
   // ---- prologue: quantize + pack this block's groups of the M tokens into shared memory
   {
-    const uint32_t rank = C > 1 ? cluster_rank() : 0u;
+    const uint32_t rank = C > 1 ? cluster_ctarank() : 0u;
     const int own = (gcount - (int)rank + C - 1) / C;  // groups rank, rank + C, ...
     const int pairs = own * BTOK;
     bool bad = false;
@@ -413,10 +355,10 @@ flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
         if (w < MT * 32 * Q) {
           const int j = w / (32 * Q), r = w % (32 * Q);
           uint32_t* a = xs + (j * gps + gl) * 32 * Q + r;
-          *a = ld_dsmem(a, owner);
+          *a = ld_dsmem_u32(a, owner);
         } else {
           float* a = sxs + gl * BTOK + (w - MT * 32 * Q);
-          *a = __uint_as_float(ld_dsmem(a, owner));
+          *a = __uint_as_float(ld_dsmem_u32(a, owner));
         }
       }
       cluster_arrive();  // done reading the others' shared memory (waited for before exit)

@@ -161,10 +161,10 @@ class GpuPlanes:
 
 
 def _source(singles: str) -> str:
-    return (f"#define FLEXQ_GROUP {GROUP}\n"
-            + _SRC.read_text().replace("FLEXQ_GENERATED_SCHEDULES",
-                                       schedule_source(((WEIGHT_BITS, 6), (WEIGHT_BITS, 8)),
-                                                       singles=singles)))
+    # load_source inlines ptx.cuh (the shared PTX wrappers) for NVRTC and nvcc alike.
+    return (runtime.load_source(_SRC, prelude=f"#define FLEXQ_GROUP {GROUP}")
+            .replace("FLEXQ_GENERATED_SCHEDULES",
+                     schedule_source(((WEIGHT_BITS, 6), (WEIGHT_BITS, 8)), singles=singles)))
 
 
 def _kernel(singles: str, name: str, smem: int = 0):

@@ -34,10 +34,22 @@
 // every 128 of K against Hopper's reduced-precision FP8 accumulation).
 #include "ptx.cuh"
 #include "fp4_common.cuh"
+#include "nestedfp_common.cuh"
 
 MACTILE_GENERATED_WGMMA
 
 namespace mt {
+
+// Optional per-CTA trace (benchmarks/engine_trace.py): globaltimer stamps of the phases of
+// one launch, the SM and the tiles. Compiled only with MT_ENGINE_TRACE (a separate NVRTC
+// build of this source): even a null-pointer test costs the 4-warpgroup kernels a spill.
+#ifndef MT_ENGINE_TRACE
+#define MT_ENGINE_TRACE 0
+#endif
+#define MT_TRACE(slot, cond, value) \
+    do { if (MT_ENGINE_TRACE && (cond)) trace[(size_t)blockIdx.x * TRACE_SLOTS + (slot)] = (value); } while (0)
+enum : int { TR_ENTRY, TR_READY, TR_FIRST_COPY, TR_FIRST_DATA, TR_MAIN_END, TR_END, TR_SM, TR_TILES,
+             TRACE_SLOTS };
 using namespace ptx;
 
 __host__ __device__ constexpr int cround(int a, int b) { return (a + b - 1) / b * b; }
@@ -143,15 +155,7 @@ __device__ __forceinline__ void frag_decode(u32 (&a)[4], u32 w, u32 sp, const Lu
 }
 
 // ------------------------------------------------------------------ A_PLANES decode
-// NestedFP16 reconstruction of four weights at once (NestedFP Sec. 4.3, Figure 6), per byte:
-//   sub = (u & 1) ^ (l >> 7); field = ((u - sub) >> 1) & 0x3F; hi = (u & 0x80) | field
-// The byte-wise u - sub borrows from nothing: bit 7 is set first and only bits 1..6 of the
-// difference are kept, which equals the golden merge's arithmetic on those bits.
-__device__ __forceinline__ u32 nested_hi(u32 u, u32 l) {
-    const u32 sub = (u ^ (l >> 7)) & 0x01010101u;
-    const u32 d = (u | 0x80808080u) - sub;
-    return (u & 0x80808080u) | ((d >> 1) & 0x3F3F3F3Fu);
-}
+using nfp::nested_hi;  // NestedFP16 reconstruction (kernels/nestedfp_common.cuh)
 // Byte offset of (row, 16-byte chunk) in a tile of 64-byte rows with the 64B swizzle.
 __device__ __forceinline__ u32 sw64_offset(int row, int chunk) {
     return (u32)(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
@@ -410,7 +414,8 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             const float* __restrict__ col_scale,      // per-token output scale (or null)
             void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters,
             int M, int N, int K_pad, int RT, int TT, int n_ctas, float out_scale, int out_f32,
-            u32 l0, u32 l1, u32 l2, u32 l3, u32 lsp) {
+            u32 l0, u32 l1, u32 l2, u32 l3, u32 lsp,
+            u64* __restrict__ trace) {             // MT_ENGINE_TRACE: TRACE_SLOTS stamps per CTA
     using C = EngCfg<F, BN, STAGES, WGS>;
     using T = EngineFmt<F>;
     constexpr int BK = C::BK, KS = C::KS, NACC = C::NACC;
@@ -432,6 +437,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     const int kb_beg = ubeg - tile_beg * KU;    // first k-block of tile_beg
     const int kb_last = uend - 1 - tile_end * KU;  // last k-block of tile_end
 
+    MT_TRACE(TR_ENTRY, tid == 0, globaltimer());
     if (tid == 0) {
 #pragma unroll 1
         for (int s = 0; s < STAGES; ++s) {
@@ -453,6 +459,9 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     // and measured slower on every shape (docs/gpu.md, "Programmatic dependent launch").
     griddep_launch_dependents();
     griddep_wait();  // the previous kernel's results are visible from here on
+    MT_TRACE(TR_READY, tid == 0, globaltimer());
+    MT_TRACE(TR_SM, tid == 0, smid());
+    MT_TRACE(TR_TILES, tid == 0, ubeg < uend ? tile_end - tile_beg + 1 : 0);
 
     if (wg == 0) {
         // ---------------------------------------------------------------- producer
@@ -463,6 +472,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             const u64 wpolicy = TT == 1 ? policy_evict_first() : policy_evict_normal();
             int s = 0;
             u32 phase = 0;
+            MT_TRACE(TR_FIRST_COPY, true, globaltimer());
 #pragma unroll 1
             for (int tile = tile_beg; tile <= tile_end; ++tile) {
                 const int tt = tile / RTc, rc = tile % RTc;
@@ -527,6 +537,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
         // tile prologue: no wgmma in flight
         mbar_wait(bar_full + 8 * s, phase);
+        MT_TRACE(TR_FIRST_DATA, ct == 0 && tile == tile_beg, globaltimer());
         engine_load<F, BN, STAGES, WGS>(smem, s, cw, wi, lane, wv, sc);
         if constexpr (BATCH) {
 #pragma unroll
@@ -657,9 +668,11 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             __syncwarp();
             if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));  // the tile's last stage
         }
+        MT_TRACE(TR_MAIN_END, ct == 0 && tile == tile_end, globaltimer());
         engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, n_ctas, ubeg, epi, s_flag, col_scale, y, ws,
                                                counters, M, N, out_scale, out_f32);
     }
+    MT_TRACE(TR_END, ct == 0, globaltimer());
 }
 
 }  // namespace mt

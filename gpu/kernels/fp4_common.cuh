@@ -4,21 +4,11 @@
 // mactile.gpu.formats.traits_header() and prepended to this file; nothing here hard-codes
 // a format table. See gpu/formats.py for the decode scheme.
 #pragma once
-#include <cuda_fp16.h>
-
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-typedef unsigned long long u64;
+#include "ptx.cuh"
 
 namespace mt {
 
-// ------------------------------------------------------------------ byte permute
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
+using namespace ptx;  // the PTX wrappers (prmt, cp.async, griddepcontrol, ...) live in one header
 
 // Lookup-table words: bytes (4v+64) of codes 0-3, 4-7, 8-11, 12-15, and the four special
 // values of RaZeR in metadata-index order (+a, +b, -a, -b).
@@ -53,38 +43,11 @@ __device__ __forceinline__ float f32word(u32 bytes) {
     return __uint_as_float(prmt(bytes, F32_MAGIC, (u32)(4 | (4 << 4) | (J << 8) | (7 << 12))));
 }
 
-__device__ __forceinline__ u32 hfma2u(u32 a, u32 b, u32 c) {
-    u32 d;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ u32 hmul2u(u32 a, u32 b) {
-    u32 d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ u32 f2h2u(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<u32*>(&h);
-}
-
 // Scale payload (metadata masked off) -> FP32 value by bit placement (exact).
 template <int F>
 __device__ __forceinline__ float scale_f32(u32 code) {
     return __uint_as_float((code & Fmt<F>::SCALE_MASK) << Fmt<F>::F32_SHIFT) * Fmt<F>::F32_MUL;
 }
-// ------------------------------------------------------------------ async copies
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-// 16-byte cp.async (L2 only); `bytes` = 16 copies, 0 zero-fills the destination.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 // ------------------------------------------------------------------ stripes
 // Units 0..U-1 (row tile major) split into n_ctas contiguous stripes of equal length
 // (+-1), Marlin's partitioning. Requires n_ctas <= U (every stripe non-empty).

@@ -6,36 +6,14 @@
 // vocabulary belongs to CTA i / (T*R), thread i % T, slot (i % (T*R)) / T. Logits stay in registers between the
 // passes; the cluster combines maxima, sums and the sampling search through distributed
 // shared memory. CTA rank 0 updates the per-sequence state at the end.
-#include <cuda_fp16.h>
+#include "ptx.cuh"
 
 namespace mt {
 
+using namespace ptx;
+
 constexpr int RS_THREADS = 1024;
 constexpr int RS_WARPS = RS_THREADS / 32;
-
-__device__ __forceinline__ unsigned rs_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void rs_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned rs_remote(const void* p, unsigned rank) {
-    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    return remote;
-}
-__device__ __forceinline__ float rs_ldf(const void* p, unsigned rank) {
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(rs_remote(p, rank)));
-    return v;
-}
-__device__ __forceinline__ int rs_ldi(const void* p, unsigned rank) {
-    int v;
-    asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(rs_remote(p, rank)));
-    return v;
-}
 
 __device__ __forceinline__ float exp_f32(float x) {
     const float t = __fmul_rn(x, RS_LOG2E);
@@ -123,7 +101,7 @@ __device__ __forceinline__ void cluster_chain2(RsShared& sh, int phase, float to
         sh.tot[phase][0] = tot0;
         sh.tot[phase][1] = tot1;
     }
-    rs_cluster_sync();
+    cluster_sync();
     float c0 = 0.f, c1 = 0.f;
     off0 = off1 = 0.f;
 #pragma unroll
@@ -132,8 +110,8 @@ __device__ __forceinline__ void cluster_chain2(RsShared& sh, int phase, float to
             off0 = c0;
             off1 = c1;
         }
-        c0 = __fadd_rn(c0, rs_ldf(&sh.tot[phase][0], c));
-        c1 = __fadd_rn(c1, rs_ldf(&sh.tot[phase][1], c));
+        c0 = __fadd_rn(c0, ld_dsmem_f32(&sh.tot[phase][0], c));
+        c1 = __fadd_rn(c1, ld_dsmem_f32(&sh.tot[phase][1], c));
     }
     all0 = c0;
     all1 = c1;
@@ -162,7 +140,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
                        double* __restrict__ out_hstep, double* __restrict__ out_hbar, double* __restrict__ out_tau) {
     __shared__ RsShared sh;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const unsigned rank = rs_rank();
+    const unsigned rank = cluster_ctarank();
     const int b = blockIdx.y;
     const long long base = (long long)rank * RS_THREADS * R;
     const float* z32 = reinterpret_cast<const float*>(logits) + (size_t)b * V;
@@ -199,10 +177,10 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
         for (int w = 0; w < RS_WARPS; ++w) m = fmaxf(m, sh.red[w]);
         sh.bcast[0] = m;
     }
-    rs_cluster_sync();
+    cluster_sync();
     float m = -INFINITY;
 #pragma unroll
-    for (unsigned c = 0; c < CL; ++c) m = fmaxf(m, rs_ldf(&sh.bcast[0], c));
+    for (unsigned c = 0; c < CL; ++c) m = fmaxf(m, ld_dsmem_f32(&sh.bcast[0], c));
 
     // ---- entropy at T = 1: S = sum e, W = sum e*d (sequential per thread, then the scans);
     // e is kept: the sampling pass reuses it when T = 1 (d * 1 == d exactly)
@@ -316,12 +294,12 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
         sh.isel[0] = f;
         sh.isel[1] = l;
     }
-    rs_cluster_sync();
+    cluster_sync();
     if (rank == 0 && tid == 0) {
         int f = 0x7fffffff, l = -1;
         for (unsigned c = 0; c < CL; ++c) {
-            f = min(f, rs_ldi(&sh.isel[0], c));
-            l = max(l, rs_ldi(&sh.isel[1], c));
+            f = min(f, ld_dsmem_s32(&sh.isel[0], c));
+            l = max(l, ld_dsmem_s32(&sh.isel[1], c));
         }
         const int o = (f != 0x7fffffff) ? f : l;
         const int cc = o / (RS_THREADS * R), j = (o / R) % RS_THREADS, rr = o % R;
@@ -338,7 +316,7 @@ reset_temperature_step(const void* __restrict__ logits, int logits_f16, int V, i
         st_count[b] = t + 1;
         st_prev_end[b] = step_end[tok] ? 1 : 0;
     }
-    rs_cluster_sync();  // rank 0's shared memory stays alive until it has been read
+    cluster_sync();  // rank 0's shared memory stays alive until it has been read
 }
 
 }  // namespace mt

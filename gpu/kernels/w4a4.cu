@@ -18,22 +18,6 @@
 
 namespace mt {
 
-__device__ __forceinline__ u32 cluster_ctarank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ float ld_cluster_f32(const float* p, u32 rank) {
-    u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(p)), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
-    return v;
-}
-
 constexpr int QA_THREADS = 512;
 constexpr int QA_CLUSTER = 8;
 
@@ -47,13 +31,13 @@ struct W4a4Cfg {
     static constexpr int SMEM = STAGES * STAGE_BYTES + RED_BYTES + 16;
 };
 
+// One unit's stage is its weights (codes + scales) and its activations (codes + scales);
+// they are issued separately so that the prologue can request the weights (which no
+// kernel before us writes) ahead of griddepcontrol.wait and the activations after it.
 template <int MT, int STAGES>
-__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int KA, int M,
-                                               const unsigned char* __restrict__ codes,
-                                               const unsigned char* __restrict__ scales,
+__device__ __forceinline__ void w4a4_load_acts(unsigned char* st, int k0, int KA, int M,
                                                const u8* __restrict__ acodes, const u8* __restrict__ ascales) {
     using C = W4a4Cfg<MT, STAGES>;
-    rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
     unsigned char* ac = st + RM_CODE_BYTES + RmScales<0>::BYTES;
     const u32 dc = smem_u32(ac), ds = smem_u32(ac + C::ACODE_BYTES);
     // the activation buffers are padded to KA (multiple of 512): always whole units.
@@ -72,14 +56,17 @@ __device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0
                    ok ? ascales + (size_t)m * (unsigned)(KA / 16) + (unsigned)(k0 / 16) + ch * 16 : ascales,
                    ok ? 16 : 0);
     }
-    (void)klen;
 }
 
-__device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
+template <int MT, int STAGES>
+__device__ __forceinline__ void w4a4_load_unit(unsigned char* st, int rt, int k0, int klen, int K_pad, int KA, int M,
+                                               const unsigned char* __restrict__ codes,
+                                               const unsigned char* __restrict__ scales,
+                                               const u8* __restrict__ acodes, const u8* __restrict__ ascales) {
+    rm_load_weights<0>(st, st + RM_CODE_BYTES, rt, k0, klen, K_pad, codes, scales);
+    w4a4_load_acts<MT, STAGES>(st, k0, KA, M, acodes, ascales);
 }
+
 // LUT bytes 4v+64 (v in [-6, 6]) -> signed bytes 4v, per byte without borrows.
 __device__ __forceinline__ u32 lutbyte_to_s8(u32 b) {
     return b ^ 0xC0C0C0C0u ^ ((b & 0x40404040u) << 1);
@@ -102,7 +89,6 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
     const int c = blockIdx.x;
     const int ubeg = stripe_begin(c, U, n_ctas), uend = stripe_begin(c + 1, U, n_ctas);
     const int my_first_tile = ubeg / KU;
-    const float out_scale = w_ts * __ldg(a_ts);
 
     float acc[8][MT];
 #pragma unroll
@@ -110,14 +96,27 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
 #pragma unroll
         for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
 
+    // Prologue, weights first: with programmatic dependent launch (after the activation
+    // quantizer) these copies overlap the quantizer; the activations, their scales and the
+    // tensor scale are read only after griddepcontrol.wait (a no-op in a plain launch).
+    // Everything before the wait reads weights only and writes nothing in global memory.
     int prt = ubeg / KU, pkc = ubeg % KU;  // unit being prefetched
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (ubeg + s < uend)
-            w4a4_load_unit<MT, STAGES>(smem + s * C::STAGE_BYTES, prt, pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC),
-                                       K_pad, KA, M, codes, scales, acodes, ascales);
-        cp_async_commit();
+            rm_load_weights<0>(smem + s * C::STAGE_BYTES, smem + s * C::STAGE_BYTES + RM_CODE_BYTES, prt,
+                               pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC), K_pad, codes, scales);
         if (++pkc == KU) { pkc = 0; ++prt; }
+    }
+    griddep_launch_dependents();
+    griddep_wait();
+    const float out_scale = w_ts * __ldg(a_ts);
+    pkc = ubeg % KU;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {  // group 0 also holds every prologue weight copy
+        if (ubeg + s < uend) w4a4_load_acts<MT, STAGES>(smem + s * C::STAGE_BYTES, pkc * RM_KC, KA, M, acodes, ascales);
+        cp_async_commit();
+        if (++pkc == KU) pkc = 0;
     }
     int stage = 0;
     int crt = ubeg / KU, ckc = ubeg % KU;  // unit being computed
@@ -154,7 +153,7 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                 aw[m][3] = lutbyte_to_s8(hi);
                 int cr = 0;
 #pragma unroll
-                for (int q = 0; q < 4; ++q) cr = dp4a_us(0x40404040u, aw[m][q], cr);
+                for (int q = 0; q < 4; ++q) cr = dp4a_u8s8(0x40404040u, aw[m][q], cr);
                 corr[m] = cr;
                 sa[m] = scale_f32<FID_NVFP4>(as[m * (RM_KC / 16) + lane]) * (LUT_INV_SCALE * LUT_INV_SCALE);
             }
@@ -168,10 +167,10 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                 lut8(w8.y, L.p0, L.p0, L, b[2], b[3]);
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
-                    int d = dp4a_us(b[0], aw[m][0], 0);
-                    d = dp4a_us(b[1], aw[m][1], d);
-                    d = dp4a_us(b[2], aw[m][2], d);
-                    d = dp4a_us(b[3], aw[m][3], d);
+                    int d = dp4a_u8s8(b[0], aw[m][0], 0);
+                    d = dp4a_u8s8(b[1], aw[m][1], d);
+                    d = dp4a_u8s8(b[2], aw[m][2], d);
+                    d = dp4a_u8s8(b[3], aw[m][3], d);
                     acc[i][m] = fmaf((float)(d - corr[m]), sw * sa[m], acc[i][m]);
                 }
             }
@@ -206,6 +205,10 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
     const int nb_row = KA / 16, nb_real = K / 16;
     const int NB = M * nb_row;
     const int b0 = (int)(((long long)rank * NB) / mt::QA_CLUSTER), b1 = (int)(((long long)(rank + 1) * NB) / mt::QA_CLUSTER);
+    // Programmatic dependent launch: the GEMV may start now (it streams weights until its
+    // own griddepcontrol.wait); x is read only after the previous kernel has completed.
+    mt::griddep_launch_dependents();
+    mt::griddep_wait();
 
     // phase 1: tensor amax (max is order-independent: exact)
     float a = 0.f;
@@ -231,11 +234,11 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
         for (int i = 0; i < mt::QA_THREADS / 32; ++i) m = fmaxf(m, s_red[i]);
         s_amax = m;
     }
-    mt::cluster_sync_all();
+    mt::cluster_sync();
     float amax = 0.f;
 #pragma unroll
-    for (u32 r = 0; r < mt::QA_CLUSTER; ++r) amax = fmaxf(amax, mt::ld_cluster_f32(&s_amax, r));
-    mt::cluster_sync_all();  // no CTA leaves while another still reads its shared memory
+    for (u32 r = 0; r < mt::QA_CLUSTER; ++r) amax = fmaxf(amax, mt::ld_dsmem_f32(&s_amax, r));
+    mt::cluster_sync();  // no CTA leaves while another still reads its shared memory
 
     float d32 = __fdiv_rn(amax, mt::NVFP4_TS_DENOM);
     if (!(d32 > 0.f)) d32 = 1.f;

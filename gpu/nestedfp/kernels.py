@@ -141,7 +141,7 @@ def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
 
 
 def _source() -> str:
-    return _SRC.read_text()
+    return runtime.load_source(_SRC)  # inlines ptx.cuh (the shared PTX wrappers)
 
 
 def _kernel(name: str, smem: int = 0):

@@ -12,25 +12,15 @@
 //   nestedfp_quant_e4m3     per-token E4M3 activations (golden fp8token.per_token_e4m3).
 //   nestedfp_stream<...>    small-M streaming GEMM of both modes (mma.sync, below).
 
-#include <cuda_fp16.h>
+#include "ptx.cuh"  // inlined by mactile.gpu.runtime.load_source (NVRTC and nvcc)
+#include "nestedfp_common.cuh"  // nested_hi, shared with the GEMM engine
 #include <cuda_fp8.h>
-#if defined(__CUDACC_RTC__)  // NVRTC has no <cstdint>
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-typedef unsigned long long uintptr_t;
-#else
-#include <cstdint>
-#endif
 
 namespace nfp {
 
-__device__ __forceinline__ int kperm(int p) { return 2 * (p >> 2) + (p & 1) + ((p & 2) << 2); }
+using namespace ptx;  // the PTX wrappers (mma, loads, conversions) live in one header
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+__device__ __forceinline__ int kperm(int p) { return 2 * (p >> 2) + (p & 1) + ((p & 2) << 2); }
 
 }  // namespace nfp
 
@@ -105,16 +95,6 @@ nestedfp_quant_e4m3(const __half* __restrict__ x, int M, int K, int ldx, int Kp,
   }
 }
 
-// NestedFP16 reconstruction of four weights at once (Sec. 4.3, Figure 6), per byte j:
-//   sub = (u & 1) ^ (l >> 7); field = ((u - sub) >> 1) & 0x3F; hi = (u & 0x80) | field
-// The byte-wise u - sub borrows from nothing: bit 7 is set first and only bits 1..6 of the
-// difference are kept, which equals the golden merge's 32-bit arithmetic on those bits.
-__device__ __forceinline__ uint32_t nested_hi(uint32_t u, uint32_t l) {
-  const uint32_t sub = (u ^ (l >> 7)) & 0x01010101u;
-  const uint32_t d = (u | 0x80808080u) - sub;
-  return (u & 0x80808080u) | ((d >> 1) & 0x3F3F3F3Fu);
-}
-
 // ---------------------------------------------------------------- small-M streaming GEMM
 // nestedfp_stream<MODE, XQ, NT, RT, WR, WK, KU>: M <= 8*NT tokens, a weight-streaming kernel.
 // Weights are the 16-row A operand of mma.sync m16n8k16 (f16 in, f32 accumulate), tokens the
@@ -135,29 +115,6 @@ __device__ __forceinline__ uint32_t nested_hi(uint32_t u, uint32_t l) {
 //   scales from nestedfp_quant_e4m3.
 // Grid: x = row blocks of 16*RT*WR rows, y = K splits of sps spans; partial sums meet in an
 // FP32 workspace (red.add) that the last block of a row block converts and clears.
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint4 ldg_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-// Two E4M3 codes -> f16x2 of their exact values (F2FP.F16.E4M3.UNPACK_B, one instruction):
-// hi = false takes bytes 0, 1 of `w` (byte 0 -> low half), hi = true bytes 2, 3.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w, bool hi) {
-  uint32_t r;
-  if (hi)
-    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(r) : "r"(w));
-  else
-    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(w));
-  return r;
-}
 __device__ __forceinline__ uint32_t e4m3_code(float v, float s) {
   const float q = s > 0.f ? __fdiv_rn(v, s) : v;
   return (uint32_t)__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
@@ -246,8 +203,8 @@ nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ l
           const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
           for (int m = 0; m < 4; ++m) {  // word m = logical {2m, 2m+1, 2m+8, 2m+9}
-            o[2 * m] = e4m3x2_to_f16x2(w4[m], false);
-            o[2 * m + 1] = e4m3x2_to_f16x2(w4[m], true);
+            o[2 * m] = e4m3x2_to_f16x2_word(w4[m], false);
+            o[2 * m + 1] = e4m3x2_to_f16x2_word(w4[m], true);
           }
         } else {
           const uint4* src = reinterpret_cast<const uint4*>(xh + (long long)tok * ldx + k0);
@@ -259,7 +216,7 @@ nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ l
             for (int j = 0; j < 8; ++j) {
               const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v[j]));
               const uint32_t pair = e4m3_code(f.x, s) | (e4m3_code(f.y, s) << 8);
-              v[j] = e4m3x2_to_f16x2(pair, false);
+              v[j] = e4m3x2_to_f16x2_word(pair, false);
             }
           }
 #pragma unroll
@@ -306,8 +263,8 @@ nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ l
                 a[i][m][h] = __byte_perm(l4[m], hg, 0x5140);      // k 2t, 2t+1
                 a[i][m][2 + h] = __byte_perm(l4[m], hg, 0x7362);  // k 2t+8, 2t+9
               } else {
-                a[i][m][h] = e4m3x2_to_f16x2(u4[m], false);
-                a[i][m][2 + h] = e4m3x2_to_f16x2(u4[m], true);
+                a[i][m][h] = e4m3x2_to_f16x2_word(u4[m], false);
+                a[i][m][2 + h] = e4m3x2_to_f16x2_word(u4[m], true);
               }
             }
           }
@@ -319,7 +276,8 @@ nestedfp_stream(const uint8_t* __restrict__ upper, const uint8_t* __restrict__ l
 #pragma unroll
           for (int i = 0; i < RT; ++i)
 #pragma unroll
-            for (int m = 0; m < 4; ++m) mma16816(acc[i][n], a[i][m], b[2 * m], b[2 * m + 1]);
+            for (int m = 0; m < 4; ++m)
+              mma16816(acc[i][n], a[i][m][0], a[i][m][1], a[i][m][2], a[i][m][3], b[2 * m], b[2 * m + 1]);
         }
       }
     }

@@ -98,7 +98,7 @@ def _mangled(expr):
     """Itanium mangling of ``mt::engine_gemm<a, b, c, d, e>`` (the kernel's fixed signature)."""
     args = expr[expr.index("<") + 1:-1].split(",")
     return ("_ZN2mt11engine_gemmIL" + "".join(f"i{int(a)}EL" for a in args)[:-1] + "EEvN3ptx9TensorMapES2_S2_PKhS4_"
-            "PKfPvPfPiiiiiiifijjjjj")
+            "PKfPvPfPiiiiiiifijjjjjPy")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")

@@ -79,7 +79,7 @@ def test_broken_schedule_fails():
 
 
 def _run_generated(src, w, x):
-    """Interpret the generated CUDA body: bmma256/bmma128 as per-thread popcounts of words."""
+    """Interpret the generated CUDA body: the b1 MMAs (k256/k128) as per-thread popcounts of words."""
     env = {"w": w, "x": x, "z": np.zeros(4, np.int64), "acc": None, "n": None}
 
     def val(tok):
@@ -92,12 +92,12 @@ def _run_generated(src, w, x):
     body = src.split("{", 2)[2]
     for line in body.splitlines():
         line = line.strip()
-        if line.startswith("bmma"):
+        if line.startswith("mma_b1_and_popc_"):
             name, args = line.split("(", 1)
             args = [a.strip() for a in args.rstrip(");").split(",")]
             dst, ops, c = args[0], args[1:-1], args[-1]
             cin = env[c]
-            if name == "bmma256":
+            if name.endswith("k256"):
                 a0, _, a2, _, b0, b1 = ops
                 d = cin + _popc(val(a0) & val(b0)) + _popc(val(a2) & val(b1))
             else:

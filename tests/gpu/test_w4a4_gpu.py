@@ -114,6 +114,52 @@ def test_gemv_exact(rng):
         np.testing.assert_array_equal(y.get(), y1_ref.astype(np.float32))
 
 
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_pdl_chain_reads_previous_layer(M, rng):
+    """Programmatic dependent launch of quantizer and GEMV: a chain of layers, each
+    quantizing the previous layer's output (the GEMV streams its first weight stages before
+    griddepcontrol.wait, the activations after), eager and replayed from a CUDA graph,
+    equals the same chain launched without PDL, bit for bit; the first layer equals golden."""
+    cp = cupy()
+    from mactile.gpu import linear_w4a4, pdl
+    if not pdl.available():
+        pytest.skip("no CUDA driver library for programmatic dependent launch")
+    K = 2048
+    # weights of norm ~1 per output: the values stay O(1) down the chain
+    qws = [NVFP4().quantize((rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)) for _ in range(4)]
+    pws = [pack_w4a16(q, layouts=("rowmajor",)).to(cp) for q in qws]
+    x_host = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+    x0 = cp.asarray(x_host)
+
+    def chain(use_pdl, ys):
+        x = x0
+        for pw, y in zip(pws, ys):
+            linear_w4a4(x, pw, out=y, pdl=use_pdl)
+            x = y
+        return ys
+
+    ref = [y.get() for y in chain(False, [cp.empty((M, K), dtype=cp.float16) for _ in pws])]
+    assert np.isfinite(ref[-1]).all() and np.abs(ref[-1]).max() > 0
+    y_ref, abs_sum = reference(NVFP4().quantize(x_host).dequantize(), qws[0].dequantize())
+    check_close(ref[0], y_ref, abs_sum, K, what="w4a4 first layer")
+    got = chain(True, [poisoned((M, K), np.float16) for _ in pws])
+    for r, g in zip(ref, got):
+        np.testing.assert_array_equal(r, g.get())
+    ys = [cp.empty((M, K), dtype=cp.float16) for _ in pws]
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        chain(True, ys)  # warm-up: workspace and kernels
+        stream.begin_capture()
+        for _ in range(2):
+            chain(True, ys)
+        g = stream.end_capture()
+        for y in ys:
+            y.fill(np.nan)
+        g.launch(stream)
+        stream.synchronize()
+    np.testing.assert_array_equal(ref[-1], ys[-1].get())
+
+
 def test_errors(rng):
     cp = cupy()
     from mactile.golden import RaZeR
