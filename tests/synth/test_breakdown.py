@@ -27,3 +27,15 @@ def test_keep_hierarchy_changes_nothing_the_bench_sees():
         assert [(p.name, p.width) for p in component_ports(flat)] == \
             [(p.name, p.width) for p in component_ports(hier)]
         assert flat.latency == hier.latency
+
+
+def test_tensor_core_parts_are_the_direct_submodules(tools, nangate45):
+    """The output-stationary core needs no keep_hierarchy flag (its decoders and MAC units
+    are submodules); a unit's own FP32 adder is inside the unit's figure, not a part."""
+    from mactile.synth.breakdown import area_breakdown
+
+    b = area_breakdown("nvfp4-tc-os", nangate45, 2.0, rows=1, cols=1)
+    assert set(b["parts"]) == {"a_dec0", "w_dec0", "u0_0"}
+    assert b["parts"]["u0_0"] > 1000  # the FP32 adder alone is ~1,700 um^2 here
+    assert b["top_only"] > 0  # scale decoders, the edge's registers, control
+    assert sum(b["parts"].values()) + b["top_only"] == pytest.approx(b["total"])
