@@ -150,7 +150,12 @@ class OuterCore(wiring.Component):
     """
 
     lint_waivers = LINT_WAIVERS
-    waveform_signals = STAGE_SIGNALS + ("u*", "a_dec*", "w_dec*", "a*_scale_*")
+    #: Named signals Yosys leaves dangling after inlining them, kept for waveforms: the
+    #: row core's plus the MAC units' ports and beat products.
+    waveform_signals = STAGE_SIGNALS + (
+        "a_vals__*", "w_vals__*", "a_sig*", "a_e*", "a_neg*", "a_nan*", "w_sig*", "w_e*",
+        "w_neg*", "w_nan*", "b_valid*", "b_last*", "d_valid*", "d_clear*", "acc", "acc$*",
+        "p?", "p?$*", "a*_scale_*", "acc_nan", "acc_nan$*")
 
     #: The accumulator adder of every unit (a test can swap in a broken one).
     adder_cls = FP32Adder

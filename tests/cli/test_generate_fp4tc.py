@@ -58,7 +58,11 @@ def test_flags_only_for_design_commands(capsys):
 @pytest.mark.sim
 @pytest.mark.parametrize("name, flags", [("razer-tc", ["--rows", "2"]),
                                          ("razer-weight-decoder", []), ("fp32-adder", []),
-                                         ("mxfp4-tc", ["--rows", "2"]), ("mxfp4-decoder", [])])
+                                         ("mxfp4-tc", ["--rows", "2"]), ("mxfp4-decoder", []),
+                                         ("razer-tc-os", ["--rows", "2", "--cols", "2"]),
+                                         ("nvfp4-tc-os", ["--rows", "2", "--cols", "2",
+                                                          "--k-per-cycle", "4", "--acc", "fixed"]),
+                                         ("mxfp4-tc-os", ["--rows", "2", "--cols", "2"])])
 def test_generated_verilog_is_lint_clean(tmp_path, capsys, name, flags):
     from mactile.sim.hdl import verilator_bin_dir
 
