@@ -768,9 +768,12 @@ def tensor_core_spec(*, rows: int = 16, cols: int = 16, block_size: int = 16,
 
 
 #: Drains of an output-stationary array (:class:`OuterProductSpec`), an implementation
-#: choice: ``"unit"`` (the paper's SIMD reading: every MAC unit has its own scale product,
-#: FP32 pack and accumulator adder).
-OS_DRAINS = ("unit",)
+#: choice that does not change what it computes: ``"unit"`` (default, the paper's SIMD
+#: reading: every MAC unit has its own scale product, FP32 pack and accumulator adder) or
+#: ``"row"`` (cheaper: the units keep block dots only; one back end per activation row
+#: drains the row's ``cols`` units one per cycle while the next block streams in, into
+#: ``cols`` accumulator registers; needs ``cols <= block_size / k_per_cycle``).
+OS_DRAINS = ("unit", "row")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -902,8 +905,12 @@ def outer_product_spec(*, rows: int = 16, cols: int = 16, k_per_cycle: int = 1,
     if isinstance(bs, int) and bs > 0 and bs % k_per_cycle:
         raise ValueError(f"k_per_cycle ({k_per_cycle}) must divide block_size ({bs}): a "
                          "block is streamed over block_size/k_per_cycle beats")
-    return OuterProductSpec(rows=rows, row_core=tensor_core_spec(rows=cols, cols=k_per_cycle,
+    spec = OuterProductSpec(rows=rows, row_core=tensor_core_spec(rows=cols, cols=k_per_cycle,
                                                                  **params))
+    if drain == "row" and cols > spec.beats:
+        raise ValueError(f"drain='row' drains one unit per cycle: cols ({cols}) must not "
+                         f"exceed the beats per block ({spec.beats})")
+    return spec
 
 
 def epilogue(acc_bits, w_tensor_scale, a_tensor_scale) -> np.ndarray:

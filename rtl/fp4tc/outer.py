@@ -23,20 +23,20 @@ Golden: :class:`mactile.golden.tensorcore.OuterProductSpec`.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mactile.golden.elements import FP4_E2M1
-from mactile.golden.tensorcore import (FixedAccumulator, OperandSpec, TensorCoreSpec,
-                                       outer_product_spec)
+from mactile.golden.tensorcore import (OS_DRAINS, FixedAccumulator, OperandSpec,  # noqa: F401
+                                       TensorCoreSpec, outer_product_spec)
 
 from .decoders import ElementDecoder, decode_scale, reset_offsets, value_shape
 from .fp32add import FP32Adder
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
-from .stages import (DEFAULT_PIPELINE, accumulate, acc_members, check_pipeline, config_members,
-                     cut, offset_registers, rne_round_up, scale_product, scaled_product,
-                     tree_sum)
+from .stages import (DEFAULT_PIPELINE, accumulate, accumulate_into, acc_members, check_pipeline,
+                     config_members, cut, offset_registers, rne_round_up, scale_product,
+                     scaled_product, tree_sum)
 
 __all__ = ["OuterCore", "MacUnit", "build_outer_core"]
 
@@ -57,23 +57,31 @@ class MacUnit(wiring.Component):
         A block product is in stage D; it starts a fresh accumulation.
     acc, acc_nan : Out
         The unit's accumulator (FP32 bits or fixed) and sticky NaN flag (fixed only).
+    dot : Out(signed)
+        Without ``back_end`` (``drain="row"``) instead of the scale and accumulate ports:
+        the last block dot, registered at the block's last beat.
     """
 
     def __init__(self, *, spec: TensorCoreSpec, pipeline, adder_cls=FP32Adder,
-                 product_round_up=rne_round_up):
-        self.spec, self.pipeline = spec, pipeline
+                 product_round_up=rne_round_up, back_end: bool = True):
+        self.spec, self.pipeline, self.back_end = spec, pipeline, back_end
         self.adder_cls, self.product_round_up = adder_cls, product_round_up
         w_op, a_op = spec.weight, spec.act
         k = spec.cols
         members = {"a_vals": In(value_shape(a_op)).array(k),
-                   "w_vals": In(value_shape(w_op)).array(k)}
-        for side, op in (("a", a_op), ("w", w_op)):
-            members[f"{side}_sig"] = In(op.scale_sig_bits)
-            members[f"{side}_e"] = In(op.scale_format.exp_bits)
-            members[f"{side}_neg"] = In(1)
-            members[f"{side}_nan"] = In(1)
-        members.update({"b_valid": In(1), "b_last": In(1), "d_valid": In(1), "d_clear": In(1)})
-        members.update({k_: v for k_, v in acc_members(spec.acc).items() if k_ != "acc_valid"})
+                   "w_vals": In(value_shape(w_op)).array(k),
+                   "b_valid": In(1), "b_last": In(1)}
+        if back_end:
+            for side, op in (("a", a_op), ("w", w_op)):
+                members[f"{side}_sig"] = In(op.scale_sig_bits)
+                members[f"{side}_e"] = In(op.scale_format.exp_bits)
+                members[f"{side}_neg"] = In(1)
+                members[f"{side}_nan"] = In(1)
+            members.update({"d_valid": In(1), "d_clear": In(1)})
+            members.update({k_: v for k_, v in acc_members(spec.acc).items()
+                            if k_ != "acc_valid"})
+        else:  # drain="row": the block dot, held for the row's back end
+            members["dot"] = Out(signed(spec.dot_max.bit_length() + 1))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -100,6 +108,10 @@ class MacUnit(wiring.Component):
                 m.d.sync += part.eq(Mux(self.b_last, 0, bd))
         else:
             m.d.comb += bd.eq(beat)
+        if not self.back_end:
+            with m.If(self.b_valid & self.b_last):
+                m.d.sync += self.dot.eq(bd)
+            return m
         sig, e, neg, nan = scale_product(m, s, self.a_sig, self.a_e, self.a_neg, self.a_nan,
                                          self.w_sig, self.w_e, self.w_neg, self.w_nan, tag="")
         st = cut(m, self.pipeline, "product",
@@ -137,8 +149,13 @@ class OuterCore(wiring.Component):
     pipeline : sequence of str
         Register cuts from :data:`~mactile.rtl.fp4tc.stages.PIPELINE_CUTS`.
     drain : str
-        Where block products meet the accumulators: ``"unit"`` (default, the paper's SIMD
-        reading: every unit has its own scale product, FP32 pack and adder).
+        Where block products meet the accumulators (:data:`OS_DRAINS`): ``"unit"``
+        (default, the paper's SIMD reading: every unit has its own scale product, FP32
+        pack and adder) or ``"row"`` (the units keep their block dots; one back end per
+        activation row drains unit ``(i, j)`` in the ``j``-th cycle after the block, while
+        the next block streams in, into accumulator ``acc[i][j]``; needs ``cols <=
+        block_size / k_per_cycle``). Column ``j`` lands ``cols - 1 - j`` cycles before
+        ``latency``; :attr:`column_latency` gives each.
 
     Ports
     -----
@@ -194,8 +211,19 @@ class OuterCore(wiring.Component):
     # ------------------------------------------------------------------ properties
     @property
     def latency(self) -> int:
-        """Cycles from a block's last beat to the ``acc`` that includes it."""
-        return len(self.pipeline) + 1
+        """Cycles from a block's last beat to the ``acc`` that includes it (every column:
+        the last one to land with ``drain="row"``; ``acc_valid`` then)."""
+        return max(self.column_latency)
+
+    @property
+    def column_latency(self) -> tuple[int, ...]:
+        """Cycles from a block's last beat to ``acc[.][j]`` including it, per column ``j``:
+        all ``len(pipeline) + 1`` with ``drain="unit"``; with ``drain="row"`` one more for
+        the hand-over to the row's back end, plus ``j`` (one column per cycle)."""
+        base = len(self.pipeline) + 1
+        if self.drain == "row":
+            return tuple(base + 1 + j for j in range(self.os_spec.cols))
+        return (base,) * self.os_spec.cols
 
     @property
     def beats(self) -> int:
@@ -261,6 +289,9 @@ class OuterCore(wiring.Component):
                 m.d.sync += count.eq(Mux(last, 0, count + 1))
         else:
             last = Const(1, 1)
+        if self.drain == "row":
+            self._row_drain(m, a_vals, w_vals, st, last)
+            return m
         ctl = cut(m, self.pipeline, "product", {"valid": st["valid"] & last,
                                                 "clear": st["clear"]})
         ctl = cut(m, self.pipeline, "scaled", ctl)
@@ -285,6 +316,73 @@ class OuterCore(wiring.Component):
                     m.d.comb += self.acc_nan[i][j].eq(u.acc_nan)
         m.d.sync += self.acc_valid.eq(ctl["valid"])
         return m
+
+
+    def _row_drain(self, m, a_vals, w_vals, st, last):
+        """``drain="row"``: units without back ends; at a block's last beat their block
+        dots, the block's decoded scales and ``clear`` are held; the row's back end then
+        takes unit ``j`` in drain step ``j`` (scale product, [product], pack, [scaled],
+        accumulate into ``acc[i][j]``)."""
+        s = self.os_spec
+        R, C, K = s.rows, s.cols, s.k_per_cycle
+        spec = self.spec
+        units = [[None] * C for _ in range(R)]
+        for i in range(R):
+            for j in range(C):
+                u = MacUnit(spec=spec, pipeline=self.pipeline, back_end=False)
+                m.submodules[f"u{i}_{j}"] = u
+                m.d.comb += [u.a_vals[t].eq(a_vals[i][t]) for t in range(K)]
+                m.d.comb += [u.w_vals[t].eq(w_vals[j][t]) for t in range(K)]
+                m.d.comb += [u.b_valid.eq(st["valid"]), u.b_last.eq(last)]
+                units[i][j] = u
+        # hand-over: the block's scales and clear held while its units drain
+        take = Signal(name="drain_take")
+        m.d.comb += take.eq(st["valid"] & last)
+        held = {}
+        for key in ("a_sig", "a_e_eff", "a_neg", "a_nan", "w_sig", "w_e_eff", "w_neg", "w_nan",
+                    "clear"):
+            src = st[key] if isinstance(st[key], list) else [st[key]]
+            held[key] = [Signal(x.shape(), name=f"held_{key}{n}") for n, x in enumerate(src)]
+            with m.If(take):
+                m.d.sync += [h.eq(x) for h, x in zip(held[key], src)]
+        step = Signal(range(C), name="drain_step")
+        busy = Signal(name="draining")
+        with m.If(take):
+            m.d.sync += [step.eq(0), busy.eq(1)]
+        with m.Elif(busy):
+            with m.If(step == C - 1):
+                m.d.sync += [step.eq(0), busy.eq(0)]
+            with m.Else():
+                m.d.sync += step.eq(step + 1)
+        # the weight column being drained (shared by every row)
+        w_terms = {}
+        for key in ("w_sig", "w_e_eff", "w_neg", "w_nan"):
+            x = Signal(held[key][0].shape(), name=f"drain_{key}")
+            m.d.comb += x.eq(Array(held[key])[step])
+            w_terms[key] = x
+        dots, sp, es, neg, nan = [], [], [], [], []
+        for i in range(R):
+            d = Signal(units[i][0].dot.shape(), name=f"drain_dot{i}")
+            m.d.comb += d.eq(Array(u.dot for u in units[i])[step])
+            x, e, n, q = scale_product(m, spec, held["a_sig"][i], held["a_e_eff"][i],
+                                       held["a_neg"][i], held["a_nan"][i], w_terms["w_sig"],
+                                       w_terms["w_e_eff"], w_terms["w_neg"], w_terms["w_nan"],
+                                       tag=i)
+            dots.append(d), sp.append(x), es.append(e), neg.append(n), nan.append(q)
+        st = cut(m, self.pipeline, "product", {
+            "valid": busy, "clear": held["clear"][0], "col": step, "dot": dots, "sig": sp,
+            "e": es, "neg": neg, "nan": nan})
+        scaled = [scaled_product(m, spec, st["dot"][i], st["sig"][i], st["e"][i],
+                                 st["neg"][i], st["nan"][i], tag=i,
+                                 round_up=self.product_round_up) for i in range(R)]
+        st = cut(m, self.pipeline, "scaled", {"valid": st["valid"], "clear": st["clear"],
+                                              "col": st["col"], "p": scaled, "nan": st["nan"]})
+        fixed = isinstance(s.acc, FixedAccumulator)
+        for i in range(R):
+            accumulate_into(m, spec, self.adder_cls, list(self.acc[i]),
+                            list(self.acc_nan[i]) if fixed else None, st["col"], st["p"][i],
+                            st["nan"][i], st["valid"], st["clear"], tag=i)
+        m.d.sync += self.acc_valid.eq(st["valid"] & (st["col"] == C - 1))
 
 
 def build_outer_core(**params) -> OuterCore:

@@ -12,7 +12,7 @@ Stages (golden: :meth:`TensorCoreSpec.products` / :meth:`TensorCoreSpec.accumula
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Mux, Signal, signed
 from amaranth.lib.wiring import In, Out
 
 from mactile.golden.elements import FP32
@@ -23,7 +23,7 @@ from .fp32add import leading_zeros
 
 __all__ = ["PIPELINE_CUTS", "DEFAULT_PIPELINE", "check_pipeline", "config_members",
            "acc_members", "offset_registers", "tree_sum", "register", "cut", "scale_product",
-           "scaled_product", "accumulate", "rne_round_up"]
+           "scaled_product", "accumulate", "accumulate_into", "rne_round_up"]
 
 #: Where a register stage can go, in datapath order.
 PIPELINE_CUTS = ("input", "dot", "product", "scaled")
@@ -160,6 +160,28 @@ def accumulate(m, spec, adder_cls, acc, acc_nan, p, nan, valid, clear, *, tag):
         with m.If(valid):
             m.d.sync += [acc.eq(Mux(clear, 0, acc) + p),
                          acc_nan.eq((~clear & acc_nan) | nan)]
+
+
+def accumulate_into(m, spec, adder_cls, accs, acc_nans, index, p, nan, valid, clear, *,
+                    tag):
+    """Stage D of a back end shared by several outputs: like :func:`accumulate` on
+    ``accs[index]`` (and ``acc_nans[index]``, fixed), one adder for all of them."""
+    fixed = not isinstance(spec.acc, FP32Accumulator)
+    cur = Signal(accs[0].shape(), name=f"acc_cur{tag}")
+    m.d.comb += cur.eq(Array(accs)[index])
+    if fixed:
+        new = Mux(clear, 0, cur) + p
+        cur_nan = Array(acc_nans)[index]
+    else:
+        add = adder_cls()
+        m.submodules[f"acc_add{tag}"] = add
+        m.d.comb += [add.a.eq(Mux(clear, 0, cur)), add.b.eq(p)]
+        new = add.s
+    for k, acc in enumerate(accs):
+        with m.If(valid & (index == k)):
+            m.d.sync += acc.eq(new)
+            if fixed:
+                m.d.sync += acc_nans[k].eq((~clear & cur_nan) | nan)
 
 
 def _pack_fp32(m, spec, mag, sign, e_sum, nan, *, tag, round_up):

@@ -681,7 +681,9 @@ class OuterCoreBench(TensorCoreBench):
     ``t``'s activation (so row 0 replays the row-core suite exactly: its NaN-scale,
     sticky-NaN and cancellation sequences) and row ``i`` that of block ``t + i`` of the
     same stream (other scale and code mixes in every unit). ``ties`` gives every row block
-    ``t``'s activation, so that every unit's ``acc + P`` is a tie. ``gemm`` (fixed size)
+    ``t``'s activation, so that every unit's ``acc + P`` is a tie. With ``drain="row"``
+    column ``j`` is compared ``cols - 1 - j`` cycles ahead of the core's latency (it lands
+    that much earlier). ``gemm`` (fixed size)
     replaces ``gemv``: the 64 x 256 weights against ``2 * rows`` activation vectors, every
     (rows x cols) output tile in turn; the last accumulators must equal
     :meth:`OuterProductSpec.gemm`.
@@ -695,6 +697,9 @@ class OuterCoreBench(TensorCoreBench):
 
     def __init__(self, *, w_specials=None, a_specials=None, **params):
         self.os = outer_product_spec(**params)
+        # drain="row": column j lands cols-1-j cycles before the core's latency (the last)
+        self.lead = [self.os.cols - 1 - j if params.get("drain") == "row" else 0
+                     for j in range(self.os.cols)]
         row = {k: v for k, v in params.items() if k not in ("rows", "cols", "k_per_cycle",
                                                              "drain")}
         super().__init__(w_specials=w_specials, a_specials=a_specials, rows=self.os.cols,
@@ -769,6 +774,11 @@ class OuterCoreBench(TensorCoreBench):
             for i in range(R):
                 acc_exp[t, i] = self._acc_ints({"acc": state["acc"][i]})
             nan_exp[t] = state["nan"].astype(np.int64)
+        for j, lead in enumerate(self.lead):  # an early column shows later inputs' state
+            if lead:
+                for a in (acc_exp, nan_exp):
+                    a[:, :, j] = np.concatenate([a[lead:, :, j],
+                                                 np.repeat(a[-1:, :, j], lead, axis=0)])
         for i in range(R):
             ins[f"act_scales__{i}"] = ab[:, i]
             for q in range(K):

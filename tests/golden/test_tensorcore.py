@@ -235,6 +235,9 @@ def test_outer_product_validation():
         outer_product_spec(k_per_cycle=3)
     with pytest.raises(ValueError, match="unknown drain"):
         outer_product_spec(drain="shared")
+    with pytest.raises(ValueError, match="cols \\(8\\) must not exceed the beats per block \\(4\\)"):
+        outer_product_spec(cols=8, k_per_cycle=4, drain="row")
+    assert outer_product_spec(cols=4, k_per_cycle=4, drain="row").cols == 4
     with pytest.raises(ValueError, match="rows must be"):
         outer_product_spec(rows=0)
     with pytest.raises(ValueError, match="expected activation codes"):

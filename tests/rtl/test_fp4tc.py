@@ -95,6 +95,10 @@ def test_outer_core_properties():
     assert tc.pipeline == ("input", "scaled") and tc.beats == 4 and tc.latency == 3
     assert tc.module_name == "tc_os_razer_razer_act_2x3_k4_b16_fixed_unit_l3"
     assert tc.throughput["macs_per_cycle"] == 24
+    row = OuterCore(rows=2, cols=3, drain="row")
+    assert row.column_latency == (4, 5, 6) and row.latency == 6
+    assert row.module_name == "tc_os_nvfp4_nvfp4_2x3_k1_b16_fp32_row_l6"
+    assert OuterCore(rows=2, cols=3).column_latency == (3, 3, 3)
     # hours of Yosys at 16 x 16: out of the default report
     assert not DESIGNS["razer-tc-os"].in_default_report and DESIGNS["razer-tc"].in_default_report
     # the unit's arithmetic is the row core's: the same spec as a TensorCore row
@@ -106,6 +110,7 @@ def test_outer_core_properties():
     ({"pipeline": ["dot", "bogus"]}, "pipeline cuts must be distinct names"),
     ({"k_per_cycle": 3}, "k_per_cycle \\(3\\) must divide block_size"),
     ({"drain": "shared"}, "unknown drain"),
+    ({"drain": "row", "cols": 8, "k_per_cycle": 4}, "must not exceed the beats per block"),
     ({"cols": 0}, "cols must be"),
     ({"weight": "razer", "weight_scale": "e3m3", "w_specials": [5.0]}, "needs 2 special"),
 ])

@@ -14,8 +14,9 @@ Split (Verilator build time grows with the array; simulation itself is cheap):
 * two deliberately broken designs (ties-away accumulator rounding, inverted special-value
   sign) must fail;
 * the output-stationary cores (``*-tc-os``) on small arrays: ``full`` for NVFP4 2 x 4,
-  RaZeR 4 x 4 and MXFP4 2 x 2, RaZeR 2 x 2 fixed with every cut and 4 elements per unit
-  per cycle, the end-to-end ``gemm`` on 2 x 4, and a ties-away unit adder that must fail.
+  RaZeR 4 x 4 and MXFP4 2 x 2, NVFP4 2 x 4 with ``drain="row"``, RaZeR fixed with every
+  cut and 4 elements per unit per cycle (2 x 2 per-unit drain, 2 x 4 row drain), the
+  end-to-end ``gemm`` on 2 x 4, and a ties-away adder (either drain) that must fail.
 
 ``slow``: longer random and long-accumulation runs of the 16 x 16 cores; the 16 x 16
 output-stationary cores end to end.
@@ -194,6 +195,8 @@ OS_SMALL = {
     "nvfp4-2x4": ("nvfp4-tc-os", {"rows": 2, "cols": 4}),
     "razer-4x4": ("razer-tc-os", {"rows": 4, "cols": 4}),
     "mxfp4-2x2": ("mxfp4-tc-os", {"rows": 2, "cols": 2}),
+    # one back end per row draining its units one per cycle: column j lands j cycles later
+    "nvfp4-2x4-row": ("nvfp4-tc-os", {"rows": 2, "cols": 4, "drain": "row"}),
 }
 
 
@@ -234,21 +237,25 @@ def test_outer_core_gemm_end_to_end(sim_run):
     assert np.allclose(y, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
 
 
-def test_outer_core_fixed_all_cuts_k4(sim_run):
+@pytest.mark.parametrize("drain, cols", [("unit", 2), ("row", 4)])
+def test_outer_core_fixed_all_cuts_k4(drain, cols, sim_run):
     """The other generator paths: fixed accumulator, every pipeline cut, 4 element pairs
-    per unit per cycle (4 beats a block), RaZeR decoders."""
+    per unit per cycle (4 beats a block), RaZeR decoders; the row drain with as many
+    columns as beats (a row's back end busy every cycle)."""
     _ok(sim_run("razer-tc-os", suite="full", lanes=1,
-                params={"rows": 2, "cols": 2, "k_per_cycle": 4, "acc": "fixed",
-                        "pipeline": ["input", "dot", "product", "scaled"]}))
+                params={"rows": 2, "cols": cols, "k_per_cycle": 4, "acc": "fixed",
+                        "drain": drain, "pipeline": ["input", "dot", "product", "scaled"]}))
 
 
 class _TiesAwayOuter(OuterCore):
     adder_cls = _TiesAwayAdder
 
 
-def test_broken_outer_accumulator_rounding_is_caught(sim_run):
-    r = sim_run("nvfp4-tc-os", suite="ties", lanes=1, params={"rows": 1, "cols": 2},
-                component=_TiesAwayOuter(rows=1, cols=2))
+@pytest.mark.parametrize("drain", ["unit", "row"])
+def test_broken_outer_accumulator_rounding_is_caught(drain, sim_run):
+    r = sim_run("nvfp4-tc-os", suite="ties", lanes=1,
+                params={"rows": 1, "cols": 2, "drain": drain},
+                component=_TiesAwayOuter(rows=1, cols=2, drain=drain))
     assert r.vectors > 0 and r.mismatched > 0
 
 
