@@ -23,7 +23,7 @@ Golden: :class:`mactile.golden.tensorcore.OuterProductSpec`.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,8 +35,8 @@ from .decoders import ElementDecoder, decode_scale, reset_offsets, value_shape
 from .fp32add import FP32Adder
 from .lint import LINT_WAIVERS, STAGE_SIGNALS
 from .stages import (DEFAULT_PIPELINE, accumulate, accumulate_into, acc_members, check_pipeline,
-                     config_members, cut, offset_registers, rne_round_up, scale_product,
-                     scaled_product, tree_sum)
+                     config_members, cut, offset_registers, pick, rne_round_up,
+                     scale_product, scaled_product, tree_sum)
 
 __all__ = ["OuterCore", "MacUnit", "build_outer_core"]
 
@@ -345,25 +345,29 @@ class OuterCore(wiring.Component):
             held[key] = [Signal(x.shape(), name=f"held_{key}{n}") for n, x in enumerate(src)]
             with m.If(take):
                 m.d.sync += [h.eq(x) for h, x in zip(held[key], src)]
-        step = Signal(range(C), name="drain_step")
         busy = Signal(name="draining")
-        with m.If(take):
-            m.d.sync += [step.eq(0), busy.eq(1)]
-        with m.Elif(busy):
-            with m.If(step == C - 1):
-                m.d.sync += [step.eq(0), busy.eq(0)]
-            with m.Else():
-                m.d.sync += step.eq(step + 1)
+        if C == 1:  # one column: drained the cycle after its block
+            step = Const(0, 1)
+            m.d.sync += busy.eq(take)
+        else:
+            step = Signal(range(C), name="drain_step")
+            with m.If(take):
+                m.d.sync += [step.eq(0), busy.eq(1)]
+            with m.Elif(busy):
+                with m.If(step == C - 1):
+                    m.d.sync += [step.eq(0), busy.eq(0)]
+                with m.Else():
+                    m.d.sync += step.eq(step + 1)
         # the weight column being drained (shared by every row)
         w_terms = {}
         for key in ("w_sig", "w_e_eff", "w_neg", "w_nan"):
             x = Signal(held[key][0].shape(), name=f"drain_{key}")
-            m.d.comb += x.eq(Array(held[key])[step])
+            m.d.comb += x.eq(pick(held[key], step))
             w_terms[key] = x
         dots, sp, es, neg, nan = [], [], [], [], []
         for i in range(R):
             d = Signal(units[i][0].dot.shape(), name=f"drain_dot{i}")
-            m.d.comb += d.eq(Array(u.dot for u in units[i])[step])
+            m.d.comb += d.eq(pick([u.dot for u in units[i]], step))
             x, e, n, q = scale_product(m, spec, held["a_sig"][i], held["a_e_eff"][i],
                                        held["a_neg"][i], held["a_nan"][i], w_terms["w_sig"],
                                        w_terms["w_e_eff"], w_terms["w_neg"], w_terms["w_nan"],

@@ -23,7 +23,7 @@ from .fp32add import leading_zeros
 
 __all__ = ["PIPELINE_CUTS", "DEFAULT_PIPELINE", "check_pipeline", "config_members",
            "acc_members", "offset_registers", "tree_sum", "register", "cut", "scale_product",
-           "scaled_product", "accumulate", "accumulate_into", "rne_round_up"]
+           "scaled_product", "accumulate", "accumulate_into", "pick", "rne_round_up"]
 
 #: Where a register stage can go, in datapath order.
 PIPELINE_CUTS = ("input", "dot", "product", "scaled")
@@ -162,16 +162,23 @@ def accumulate(m, spec, adder_cls, acc, acc_nan, p, nan, valid, clear, *, tag):
                          acc_nan.eq((~clear & acc_nan) | nan)]
 
 
+def pick(items, index):
+    """``items[index]`` as a full multiplexer: the list padded with its last item to every
+    value of ``index`` (a complete case; ``index`` never exceeds ``len(items) - 1``)."""
+    items = list(items)
+    return Array(items + [items[-1]] * ((1 << len(index)) - len(items)))[index]
+
+
 def accumulate_into(m, spec, adder_cls, accs, acc_nans, index, p, nan, valid, clear, *,
                     tag):
     """Stage D of a back end shared by several outputs: like :func:`accumulate` on
     ``accs[index]`` (and ``acc_nans[index]``, fixed), one adder for all of them."""
     fixed = not isinstance(spec.acc, FP32Accumulator)
     cur = Signal(accs[0].shape(), name=f"acc_cur{tag}")
-    m.d.comb += cur.eq(Array(accs)[index])
+    m.d.comb += cur.eq(pick(accs, index))
     if fixed:
         new = Mux(clear, 0, cur) + p
-        cur_nan = Array(acc_nans)[index]
+        cur_nan = pick(acc_nans, index)
     else:
         add = adder_cls()
         m.submodules[f"acc_add{tag}"] = add

@@ -62,7 +62,9 @@ def test_flags_only_for_design_commands(capsys):
                                          ("razer-tc-os", ["--rows", "2", "--cols", "2"]),
                                          ("nvfp4-tc-os", ["--rows", "2", "--cols", "2",
                                                           "--k-per-cycle", "4", "--acc", "fixed"]),
-                                         ("mxfp4-tc-os", ["--rows", "2", "--cols", "2"])])
+                                         ("mxfp4-tc-os", ["--rows", "2", "--cols", "2"]),
+                                         ("razer-tc-os", ["--rows", "2", "--cols", "3",
+                                                          "--drain", "row"])])
 def test_generated_verilog_is_lint_clean(tmp_path, capsys, name, flags):
     from mactile.sim.hdl import verilator_bin_dir
 
