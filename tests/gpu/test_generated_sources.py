@@ -17,8 +17,8 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['18f1306c579a9b6056a8',
- '62eb63d60464c2118a03',
- 'd475ddb8cd523134b1a6',
+ 'a0a63230bd921ab1c6de',
+ 'a0ebcb9755cb7a9be0c3',
  'd5c2c2104f8da481ad70',
  'e7f306ae1a4bab79ab1b']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
