@@ -75,7 +75,9 @@ __device__ __forceinline__ u32 lutbyte_to_s8(u32 b) {
 template <int MT, int STAGES>
 __global__ void __launch_bounds__(256, (MT == 1 ? 3 : MT == 2 ? 2 : 1))
 w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
-          const u8* __restrict__ acodes, const u8* __restrict__ ascales, const float* __restrict__ a_ts,
+          const u8* acodes, const u8* ascales, const float* a_ts,  // not __restrict__: with it
+          // NVVM marks their loads invariant and hoists them above griddepcontrol.wait (seen in
+          // the SASS: the tensor-scale load ran before ACQBULK and read the previous layer's)
           void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int M, int N, int K_pad,
           int KA, int RT, int n_ctas, float w_ts, int out_f32, u32 l0, u32 l1, u32 l2, u32 l3) {
     using C = W4a4Cfg<MT, STAGES>;
@@ -108,9 +110,14 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
                                pkc * RM_KC, min(RM_KC, K_pad - pkc * RM_KC), K_pad, codes, scales);
         if (++pkc == KU) { pkc = 0; ++prt; }
     }
-    griddep_launch_dependents();
+    // No early griddepcontrol.launch_dependents here (the trigger is implicit at exit): in
+    // a chain of layers an early trigger lets the next quantizer and then the next GEMV
+    // become resident while this GEMV streams, and at M = 1 on the layers of >= 400 row
+    // tiles that was 9-16% slower than launching them one after the other (H100,
+    // 2026-11-26; docs/gpu.md). The quantizer does trigger at once: its GEMV's prologue
+    // overlaps it.
     griddep_wait();
-    const float out_scale = w_ts * __ldg(a_ts);
+    const float out_scale = w_ts * __ldcg(a_ts);  // L2: written by the quantizer on another SM
     pkc = ubeg % KU;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {  // group 0 also holds every prologue weight copy
@@ -196,7 +203,7 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
 
 // Outside the namespace: an extern "C" kernel keeps its plain name for NVRTC and nvcc.
 extern "C" __global__ void __cluster_dims__(mt::QA_CLUSTER, 1, 1) __launch_bounds__(mt::QA_THREADS)
-nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __restrict__ codes,
+nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes,  // x: no __restrict__ (PDL)
                    u8* __restrict__ scales, float* __restrict__ ts_out) {
     __shared__ float s_red[mt::QA_THREADS / 32];
     __shared__ float s_amax;
@@ -216,7 +223,7 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
         const int m = b / nb_row, kb = b % nb_row;
         if (kb < nb_real) {
             const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
-            const uint4 v0 = p[0], v1 = p[1];
+            const uint4 v0 = __ldcg(p), v1 = __ldcg(p + 1);  // L2: x may be the previous kernel's output
             const u32 w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
@@ -252,7 +259,7 @@ nvfp4_quantize_act(const __half* __restrict__ x, int M, int K, int KA, u8* __res
         u8 sc = 0;
         if (kb < nb_real) {
             const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
-            const uint4 v0 = p[0], v1 = p[1];
+            const uint4 v0 = __ldcg(p), v1 = __ldcg(p + 1);  // L2: x may be the previous kernel's output
             const u32 w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
             float v[16];
             float ab = 0.f;

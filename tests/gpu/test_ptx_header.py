@@ -1,6 +1,7 @@
 """Inline PTX lives in gpu/kernels/ptx.cuh alone (issue 15): every kernel family includes it,
 and its loader inlines it, so NVRTC and nvcc compile the same wrappers."""
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,87 @@ def test_family_source_inlines_ptx_header(source):
     text = source()
     assert text.count("namespace ptx {") == 1
     assert not re.search(r'^#include\s+"', text, flags=re.M)
+
+
+def _pdl_cases():
+    from mactile.gpu import build, engine
+    from mactile.gpu.flexq.kernels import prebuilt_jobs as flexq_jobs
+    [(fsrc, fnames)] = flexq_jobs()[:1]
+    return [("w4a4", build.full_source(), ["mt::w4a4_gemv<1, 3>", "mt::w4a4_gemv<8, 4>", "nvfp4_quantize_act"]),
+            ("engine", engine.engine_source(), [engine.engine_name("nvfp4", engine.config_for("nvfp4", 1))]),
+            ("flexq", fsrc, [n for n in sorted(fnames) if "flexq_gemm<" in n][:1])]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("case", ["w4a4", "engine", "flexq"])
+def test_no_global_load_before_griddepcontrol_wait(case, tmp_path):
+    """Programmatic dependent launch: a kernel may start while the previous one still writes
+    its inputs, so no global load may precede ``griddepcontrol.wait`` in the PTX (weights
+    go by cp.async / bulk copies, which may). NVVM hoists loads it deems invariant
+    (``const __restrict__``, ``__ldg``) above the wait: the W4A4 GEMV's tensor-scale load
+    did, and read the previous layer's (caught by the PDL chain test on the GPU)."""
+    [(_, src, names)] = [c for c in _pdl_cases() if c[0] == case]
+    keep = ", ".join(f"(void*)&{n}" for n in names)
+    ptx = tmp_path / "k.ptx"
+    runtime.nvcc_check(src + f"\nnamespace {{ void* keep_[] = {{ {keep} }}; }}\n",
+                       extra=("-diag-suppress", "177"), keep_ptx=ptx)
+    entries = re.split(r"^\.(?:visible )?\.entry ", ptx.read_text(), flags=re.M)[1:]
+    waited = 0
+    for body in entries:
+        name = body.split("(", 1)[0]
+        if "griddepcontrol.wait" not in body:
+            continue
+        waited += 1
+        before = body.split("griddepcontrol.wait", 1)[0]
+        loads = [ln.strip() for ln in before.splitlines() if re.match(r"\s*(@%p\d+\s+)?ld\.global", ln)]
+        assert loads == [], f"{name}: global loads before griddepcontrol.wait: {loads[:4]}"
+    assert waited == len(names)  # every kernel named here waits (PDL-ready)
+
+
+def _cuobjdump():
+    """cuobjdump from PATH or from the optional ``nvidia-cuda-cuobjdump`` wheel (with
+    ``nvidia-cuda-nvdisasm``); None when neither is installed."""
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe, None
+    try:
+        import nvidia  # noqa: PLC0415
+    except ImportError:
+        return None, None
+    for root in getattr(nvidia, "__path__", []):
+        for b in Path(root).glob("cu*/bin"):
+            if (b / "cuobjdump").exists() and (b / "nvdisasm").exists():
+                return str(b / "cuobjdump"), str(b)
+    return None, None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or _cuobjdump()[0] is None,
+                    reason="needs nvcc and cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("case", ["w4a4", "engine"])
+def test_sass_no_global_load_before_acqbulk(case, tmp_path):
+    """The same rule in the SASS: ptxas moves non-coherent loads (``ld.global.nc``) above
+    ``griddepcontrol.wait`` (ACQBULK) even where the PTX has them after it -- the W4A4
+    GEMV's ``__ldg`` of the tensor scale did. These kernels bring weights by LDGSTS /
+    bulk copies, so no LDG may come before ACQBULK at all."""
+    import os
+    import subprocess
+    [(_, src, names)] = [c for c in _pdl_cases() if c[0] == case]
+    keep = ", ".join(f"(void*)&{n}" for n in names)
+    cubin = tmp_path / "k.cubin"
+    runtime.nvcc_check(src + f"\nnamespace {{ void* keep_[] = {{ {keep} }}; }}\n",
+                       extra=("-diag-suppress", "177"), cubin_out=cubin)
+    exe, bindir = _cuobjdump()
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}") if bindir else None
+    sass = subprocess.run([exe, "-sass", str(cubin)], capture_output=True, text=True, check=True,
+                          env=env).stdout
+    funcs = re.split(r"^\s*Function : ", sass, flags=re.M)[1:]
+    waited = 0
+    for body in funcs:
+        name = body.split("\n", 1)[0].strip()
+        if "ACQBULK" not in body:
+            continue
+        waited += 1
+        before = body.split("ACQBULK", 1)[0]
+        loads = [ln.strip() for ln in before.splitlines() if re.search(r"\bLDG\.", ln)]
+        assert loads == [], f"{name}: LDG before ACQBULK (griddepcontrol.wait): {loads[:3]}"
+    assert waited == len(names)
