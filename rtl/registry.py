@@ -245,3 +245,15 @@ for _base in ("nvfp4-tc", "razer-tc", "mxfp4-tc"):
         group=DESIGNS[_base].group,
         # 256 FP32 back ends: hours of Yosys at 16 x 16 (docs/rtl-razer.md measures 4 x 4)
         in_default_report=False)
+# ---- 4 x 4 output-stationary arrays (both drains): what the paper view measures of that
+# ---- organisation (comparisons in synth/paper_tables.yaml); 16 x 16 is extrapolated from them
+for _base in ("nvfp4-tc", "razer-tc"):
+    for _drain, _sfx in (("unit", ""), ("row", "-row")):
+        _p = {**DESIGNS[_base + "-os"].params, "rows": 4, "cols": 4, "drain": _drain}
+        DESIGNS[f"{_base}-os-4x4{_sfx}"] = Design(
+            f"{_base}-os-4x4{_sfx}",
+            f"{_base}-os at 4x4 MAC units, drain={_drain} ("
+            + ("each unit its own scale product and FP32 accumulator" if _drain == "unit" else
+               "units keep block dots; one back end per row drains them") + ")",
+            builder=_TC_OS, params=_p, reference=DESIGNS[_base + "-os"].reference,
+            group=DESIGNS[_base].group, in_default_report=False)

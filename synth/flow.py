@@ -349,8 +349,10 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
         try:
             res = SynthResult(**json.loads((final / "result.json").read_text()))
             res.cached = True
-            # Labels, not in the key: the same RTL may be cached under another caller's.
-            res.group, res.reference = group, reference
+            # Labels, not in the key: the same RTL may be cached under another caller's
+            # (another registry name for the same parameters, e.g. nvfp4-tc-os at 4 x 4
+            # and nvfp4-tc-os-4x4).
+            res.design, res.group, res.reference = rtl.design, group, reference
             return res
         except (TypeError, ValueError):
             pass  # an old or damaged record: run again

@@ -151,7 +151,9 @@ def _run_paper(args, out: Path, jobs: int) -> int:
         for r in rs:
             r.workload = cfg.workload
         wl = "" if cfg.workload == "bench" else f"-{cfg.workload}"
-        sub = out / f"{cfg.pdk}-{cfg.clock_ns:g}ns{wl}"
+        # "paper-" keeps these subsets apart from a full report of the same library and
+        # clock written into the same folder (docs/results/synth holds both)
+        sub = out / f"paper-{cfg.pdk}-{cfg.clock_ns:g}ns{wl}"
         files = write_report(rs, sub, plots=not args.no_plots and _have_matplotlib())
         _summary(rs, files)
         results += rs

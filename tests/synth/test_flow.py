@@ -48,6 +48,10 @@ def test_cache_second_run_is_cached_and_identical(tools, osu018):
         (first.area_um2, first.slack_ns, first.power_mw)
     other_clock = _run(PipelinedMul(width=4), "t-mul4", osu018, clock_ns=5.0)
     assert not other_clock.cached
+    # The same RTL under another name (a registry alias with the same parameters) hits the
+    # cache and is labelled with the name it was asked for (the paper view matches on it).
+    alias = _run(PipelinedMul(width=4), "t-mul4-alias", osu018)
+    assert alias.cached and alias.design == "t-mul4-alias" and alias.area_um2 == first.area_um2
 
 
 def test_changed_check_reruns_only_the_check(tools, osu018, monkeypatch):
