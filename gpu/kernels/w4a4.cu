@@ -113,7 +113,7 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
     // No early griddepcontrol.launch_dependents here (the trigger is implicit at exit): in
     // a chain of layers an early trigger lets the next quantizer and then the next GEMV
     // become resident while this GEMV streams, and at M = 1 on the layers of >= 400 row
-    // tiles that was 9-16% slower than launching them one after the other (H100,
+    // tiles that was 12-16% slower than launching them one after the other (H100,
     // 2026-11-26; docs/gpu.md). The quantizer does trigger at once: its GEMV's prologue
     // overlaps it.
     griddep_wait();
