@@ -137,6 +137,19 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
         return (f"dialect_mse_b{self.block_size}_f{s.frac_bits}g{s.err_frac_bits}{dpc}"
                 f"_l{self.latency}")
 
+    def _front_end(self, m, pipe):
+        """Both organisations' first stages: the block's shared exponent (max tree), then
+        every magnitude in fixed point 3.F, truncated (the paper's "convert into fixed-point
+        ... truncate"). Returns (valid, fields after the ``exp_max`` boundary, magnitudes)."""
+        fields = [split_fp16(self.x[i]) for i in range(self.block_size)]
+        se = max_tree(m, [ef for _, ef, _ in fields], "se_max")
+        v, s = pipe.boundary("exp_max", self.valid, se=se,
+                             sign=[x[0] for x in fields], ef=[x[1] for x in fields],
+                             sig=[x[2][-self.spec.mag_bits:] for x in fields])
+        mag = [align(m, sig, ef, s["se"], self.spec.frac_bits, f"mag_fx_{j}")
+               for j, (sig, ef) in enumerate(zip(s["sig"], s["ef"]))]
+        return v, s, mag
+
     def elaborate(self, platform):
         if self.rounds > 1:
             return self._elaborate_rounds()
@@ -144,15 +157,7 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
         pipe = Pipeline(m, self.registers)
         n, f, g = self.block_size, self.spec.frac_bits, self.spec.err_frac_bits
 
-        fields = [split_fp16(self.x[i]) for i in range(n)]
-        se = max_tree(m, [ef for _, ef, _ in fields], "se_max")
-        v, s = pipe.boundary("exp_max", self.valid, se=se,
-                             sign=[x[0] for x in fields], ef=[x[1] for x in fields],
-                             sig=[x[2][-self.spec.mag_bits:] for x in fields])
-
-        # Fixed point 3.F, truncated (the paper's "convert into fixed-point ... truncate").
-        mag = [align(m, sig, ef, s["se"], f, f"mag_fx_{j}")
-               for j, (sig, ef) in enumerate(zip(s["sig"], s["ef"]))]
+        v, s, mag = self._front_end(m, pipe)
         v, s = pipe.boundary("align", v, se=s["se"], sign=s["sign"], mag=mag)
         # Mag_trunc for the range checks: decision thresholds lie on the 0.25 grid.
         trunc = [mg[f - 2:] for mg in s["mag"]]
@@ -218,13 +223,7 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
         D, R = self.dialects_per_cycle, self.rounds
         rbits = max(1, (R - 1).bit_length())
 
-        fields = [split_fp16(self.x[i]) for i in range(n)]
-        se = max_tree(m, [ef for _, ef, _ in fields], "se_max")
-        v, s = pipe.boundary("exp_max", self.valid, se=se,
-                             sign=[x[0] for x in fields], ef=[x[1] for x in fields],
-                             sig=[x[2][-self.spec.mag_bits:] for x in fields])
-        mag = [align(m, sig, ef, s["se"], f, f"mag_fx_{j}")
-               for j, (sig, ef) in enumerate(zip(s["sig"], s["ef"]))]
+        v, s, mag = self._front_end(m, pipe)
 
         # The held block: loaded when a block arrives, read by every round.
         h_se = Signal.like(s["se"], name="hold_se", reset_less=True)

@@ -4,7 +4,7 @@ cases (atol=0) for every CTA partition, poisoned outputs, odd shapes, a broken d
 import numpy as np
 import pytest
 
-from fp4_gpu_util import GPU, cupy, poisoned
+from fp4_gpu_util import GPU, cupy, poisoned, replay_in_graph
 from mactile.golden import MXFP4, NVFP4, RaZeR, RaZeRG128
 from mactile.gpu.check import check_close, reference
 from mactile.gpu.packing import pack_w4a16, quantized_from_arrays
@@ -156,16 +156,7 @@ def test_deterministic_and_graph_replay(rng):
     cfg = e.EngineConfig(32, 8, 2, 9)  # shared tiles
     a = e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get()
     y = cp.empty((20, 640), dtype=cp.float32)
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        e.gemm_fp4(x, pw, cfg=cfg, out=y)  # warm-up (allocates the workspace)
-        stream.begin_capture()
-        for _ in range(3):
-            e.gemm_fp4(x, pw, cfg=cfg, out=y)
-        g = stream.end_capture()
-        y.fill(np.nan)
-        g.launch(stream)
-        stream.synchronize()
+    replay_in_graph(lambda: e.gemm_fp4(x, pw, cfg=cfg, out=y), [y], times=3)
     np.testing.assert_array_equal(a, y.get())
     np.testing.assert_array_equal(a, e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get())
 
@@ -196,17 +187,7 @@ def test_pdl_chain_reads_previous_layer(fmt, M, rng):
     assert np.isfinite(ref).all() and np.abs(ref).max() > 0
     np.testing.assert_array_equal(ref, chain(True, [poisoned((M, K), np.float16) for _ in pws]).get())
     ys = [cp.empty((M, K), dtype=cp.float16) for _ in pws]
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        chain(True, ys)  # warm-up: workspace and kernels
-        stream.begin_capture()
-        for _ in range(2):
-            chain(True, ys)
-        g = stream.end_capture()
-        for y in ys:
-            y.fill(np.nan)
-        g.launch(stream)
-        stream.synchronize()
+    replay_in_graph(lambda: chain(True, ys), ys)
     np.testing.assert_array_equal(ref, ys[-1].get())
 
 

@@ -39,6 +39,28 @@ def _pdl_cases():
             ("flexq", fsrc, [n for n in sorted(fnames) if "flexq_gemm<" in n][:1])]
 
 
+def _compile_case(case, **out):
+    """nvcc-compile one case's kernels (kept by address); returns the kernel names."""
+    [(_, src, names)] = [c for c in _pdl_cases() if c[0] == case]
+    keep = ", ".join(f"(void*)&{n}" for n in names)
+    runtime.nvcc_check(src + f"\nnamespace {{ void* keep_[] = {{ {keep} }}; }}\n",
+                       extra=("-diag-suppress", "177"), **out)
+    return names
+
+
+def _assert_no_load_before_wait(bodies, name_of, wait, is_load, n_kernels):
+    """In every function body that contains ``wait``, no line before it is a load; and
+    ``n_kernels`` bodies wait (every kernel of the case is PDL-ready)."""
+    waited = 0
+    for body in bodies:
+        if wait not in body:
+            continue
+        waited += 1
+        loads = [ln.strip() for ln in body.split(wait, 1)[0].splitlines() if is_load(ln)]
+        assert loads == [], f"{name_of(body)}: loads before {wait}: {loads[:3]}"
+    assert waited == n_kernels
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("case", ["w4a4", "engine", "flexq"])
 def test_no_global_load_before_griddepcontrol_wait(case, tmp_path):
@@ -47,22 +69,11 @@ def test_no_global_load_before_griddepcontrol_wait(case, tmp_path):
     go by cp.async / bulk copies, which may). NVVM hoists loads it deems invariant
     (``const __restrict__``, ``__ldg``) above the wait: the W4A4 GEMV's tensor-scale load
     did, and read the previous layer's (caught by the PDL chain test on the GPU)."""
-    [(_, src, names)] = [c for c in _pdl_cases() if c[0] == case]
-    keep = ", ".join(f"(void*)&{n}" for n in names)
     ptx = tmp_path / "k.ptx"
-    runtime.nvcc_check(src + f"\nnamespace {{ void* keep_[] = {{ {keep} }}; }}\n",
-                       extra=("-diag-suppress", "177"), keep_ptx=ptx)
-    entries = re.split(r"^\.(?:visible )?\.entry ", ptx.read_text(), flags=re.M)[1:]
-    waited = 0
-    for body in entries:
-        name = body.split("(", 1)[0]
-        if "griddepcontrol.wait" not in body:
-            continue
-        waited += 1
-        before = body.split("griddepcontrol.wait", 1)[0]
-        loads = [ln.strip() for ln in before.splitlines() if re.match(r"\s*(@%p\d+\s+)?ld\.global", ln)]
-        assert loads == [], f"{name}: global loads before griddepcontrol.wait: {loads[:4]}"
-    assert waited == len(names)  # every kernel named here waits (PDL-ready)
+    names = _compile_case(case, keep_ptx=ptx)
+    _assert_no_load_before_wait(re.split(r"^\.(?:visible )?\.entry ", ptx.read_text(), flags=re.M)[1:],
+                                lambda body: body.split("(", 1)[0], "griddepcontrol.wait",
+                                lambda ln: re.match(r"\s*(@%p\d+\s+)?ld\.global", ln), len(names))
 
 
 def _cuobjdump():
@@ -92,23 +103,12 @@ def test_sass_no_global_load_before_acqbulk(case, tmp_path):
     bulk copies, so no LDG may come before ACQBULK at all."""
     import os
     import subprocess
-    [(_, src, names)] = [c for c in _pdl_cases() if c[0] == case]
-    keep = ", ".join(f"(void*)&{n}" for n in names)
     cubin = tmp_path / "k.cubin"
-    runtime.nvcc_check(src + f"\nnamespace {{ void* keep_[] = {{ {keep} }}; }}\n",
-                       extra=("-diag-suppress", "177"), cubin_out=cubin)
+    names = _compile_case(case, cubin_out=cubin)
     exe, bindir = _cuobjdump()
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}") if bindir else None
     sass = subprocess.run([exe, "-sass", str(cubin)], capture_output=True, text=True, check=True,
                           env=env).stdout
-    funcs = re.split(r"^\s*Function : ", sass, flags=re.M)[1:]
-    waited = 0
-    for body in funcs:
-        name = body.split("\n", 1)[0].strip()
-        if "ACQBULK" not in body:
-            continue
-        waited += 1
-        before = body.split("ACQBULK", 1)[0]
-        loads = [ln.strip() for ln in before.splitlines() if re.search(r"\bLDG\.", ln)]
-        assert loads == [], f"{name}: LDG before ACQBULK (griddepcontrol.wait): {loads[:3]}"
-    assert waited == len(names)
+    _assert_no_load_before_wait(re.split(r"^\s*Function : ", sass, flags=re.M)[1:],
+                                lambda body: body.split("\n", 1)[0].strip(), "ACQBULK",
+                                lambda ln: re.search(r"\bLDG\.", ln), len(names))

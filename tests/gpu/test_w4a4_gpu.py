@@ -3,7 +3,7 @@ GEMV against the golden float64 product (FP32-accumulation bound), exact cases, 
 import numpy as np
 import pytest
 
-from fp4_gpu_util import GPU, cupy, poisoned
+from fp4_gpu_util import GPU, cupy, poisoned, replay_in_graph
 from mactile.golden import NVFP4
 from mactile.gpu.check import check_close, reference
 from mactile.gpu.packing import (pack_activation, pack_w4a16, quantized_from_arrays,
@@ -146,17 +146,7 @@ def test_pdl_chain_reads_previous_layer(M, rng):
     for r, g in zip(ref, got):
         np.testing.assert_array_equal(r, g.get())
     ys = [cp.empty((M, K), dtype=cp.float16) for _ in pws]
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        chain(True, ys)  # warm-up: workspace and kernels
-        stream.begin_capture()
-        for _ in range(2):
-            chain(True, ys)
-        g = stream.end_capture()
-        for y in ys:
-            y.fill(np.nan)
-        g.launch(stream)
-        stream.synchronize()
+    replay_in_graph(lambda: chain(True, ys), ys)
     np.testing.assert_array_equal(ref[-1], ys[-1].get())
 
 
