@@ -7,7 +7,8 @@ families (FlexQ, NestedFP) reuse the same plumbing:
   message naming what is missing (CuPy, a driver, a GPU);
 * :func:`load_source` / :func:`compile_module` -- read ``.cu`` templates next to this
   file, prepend generated constants, compile once per (source, options, names) with
-  NVRTC through ``cupy.RawModule`` and keep the module in a process cache;
+  NVRTC to a cubin (exactly our options, none of CuPy's: its build flushed denormals) and
+  keep the module in a process cache and on disk;
 * :data:`NVRTC_OPTIONS` -- the options known to work on the lent Hopper machines
   (``-arch=sm_90a -std=c++17``; no jitify, no nvcc backend);
 * :func:`check_launch` -- synchronise-free error check after a launch (CUDA reports a
@@ -37,7 +38,7 @@ from pathlib import Path
 
 __all__ = [
     "GpuUnavailable", "require_cupy", "gpu_available", "gpu_skip_reason",
-    "NVRTC_OPTIONS", "KERNEL_DIR", "load_source", "compile_module", "get_function",
+    "NVRTC_OPTIONS", "KERNEL_DIR", "load_source", "compile_module", "get_function", "nvrtc_cache_dir",
     "check_launch", "device_info", "sm_count", "versions", "nvcc_check", "NvccReport", "ceil_div",
 ]
 
@@ -122,26 +123,108 @@ _LOCK = threading.Lock()
 
 def compile_module(source: str, *, name_expressions: tuple[str, ...] = (),
                    options: tuple[str, ...] = NVRTC_OPTIONS):
-    """Compile ``source`` with NVRTC (``cupy.RawModule``), cached per process.
+    """Compile ``source`` with NVRTC to a cubin and load it, cached per process and on disk.
 
-    CuPy also caches the binary on disk (``CUPY_CACHE_DIR``), so a second process pays
-    no compile time. ``name_expressions`` lists the template instantiations to emit.
+    Not through ``cupy.RawModule(code=...)``: CuPy adds its own options after the caller's
+    (``-ftz=true``, ``--device-as-default-execution-space``, an ``-arch``), and on the lent
+    H100 (NVRTC 13.0, CuPy 14.2) that build flushes FP32 denormals to zero (``FMUL.FTZ`` in
+    the cubin). Our scale decoders place an E4M3 subnormal scale into an FP32 denormal
+    before one exact multiply (``scale_f32``), so those scales decoded to 0 and the NVRTC
+    build differed from the nvcc cubins. Here NVRTC gets exactly ``options`` (plus the CUDA
+    header folder), so the NVRTC and nvcc builds are the same program. The cubin and its
+    name map are kept in :func:`nvrtc_cache_dir` (keyed by source, names, options and the
+    NVRTC version), so a second process pays no compile time.
+
+    The module's kernels are fetched with :func:`get_function` by their name expressions.
     """
     cp = require_cupy()
-    key = hashlib.sha256("\0".join((source,) + tuple(name_expressions) + tuple(options))
-                         .encode()).hexdigest()
+    names = tuple(name_expressions)
+    key = hashlib.sha256("\0".join((source,) + names + tuple(options)).encode()).hexdigest()
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:
-            mod = cp.RawModule(code=source, options=tuple(options),
-                               name_expressions=tuple(name_expressions) or None)
-            try:
-                mod.compile()
-            except Exception as e:  # NVRTC log is in the message; add which module
-                raise RuntimeError(f"NVRTC compile failed for a module with kernels "
-                                   f"{list(name_expressions)[:4]}...: {e}") from e
-            _MODULES[key] = mod
+            mod = _MODULES[key] = _load_nvrtc_module(cp, source, names, tuple(options), key)
     return mod
+
+
+class _NvrtcModule:
+    """A CuPy module loaded from our NVRTC cubin, looked up by name expression."""
+
+    def __init__(self, raw, lowered: dict):
+        self._raw, self._lowered = raw, lowered
+
+    def get_function(self, name: str):
+        return self._raw.get_function(self._lowered.get(name, name))
+
+
+def nvrtc_cache_dir() -> Path:
+    """Where NVRTC cubins are kept: ``$MACTILE_NVRTC_CACHE``, else ``~/.cache/mactile/nvrtc``."""
+    d = os.environ.get("MACTILE_NVRTC_CACHE")
+    return Path(d) if d else Path.home() / ".cache" / "mactile" / "nvrtc"
+
+
+def _load_nvrtc_module(cp, source: str, names: tuple, options: tuple, key: str):
+    import json
+
+    from cupy_backends.cuda.libs import nvrtc
+
+    ver = ".".join(map(str, nvrtc.getVersion()))
+    tag = hashlib.sha256(f"{key}\0{ver}".encode()).hexdigest()[:24]
+    cache = nvrtc_cache_dir()
+    cubin, table = cache / f"{tag}.cubin", cache / f"{tag}.json"
+    if not (cubin.exists() and table.exists()):
+        binary, lowered = _nvrtc_compile(nvrtc, source, names, options)
+        try:  # atomic: a reader sees a whole cubin or none
+            cache.mkdir(parents=True, exist_ok=True)
+            for path, data in ((cubin, binary), (table, json.dumps(lowered).encode())):
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+        except OSError:  # no writable cache: load from a private temporary file
+            with tempfile.TemporaryDirectory() as td:
+                (Path(td) / "m.cubin").write_bytes(binary)
+                return _NvrtcModule(cp.RawModule(path=str(Path(td) / "m.cubin")), lowered)
+    return _NvrtcModule(cp.RawModule(path=str(cubin)), json.loads(table.read_text()))
+
+
+def _nvrtc_compile(nvrtc, source: str, names: tuple, options: tuple) -> tuple[bytes, dict]:
+    opts = list(options) + [f"-I{d}" for d in _cuda_include_dirs()]
+    prog = nvrtc.createProgram(source, "mactile.cu", (), ())
+    try:
+        for n in names:
+            nvrtc.addNameExpression(prog, n)
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"NVRTC compile failed for a module with kernels {list(names)[:4]}"
+                               f"...: {e}\n{nvrtc.getProgramLog(prog)[-4000:]}") from e
+        return nvrtc.getCUBIN(prog), {n: nvrtc.getLoweredName(prog, n) for n in names}
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_include_dirs() -> tuple[str, ...]:
+    """The folder with ``cuda_fp16.h`` that CuPy itself compiles against."""
+    found = []
+    try:  # CuPy >= 14 finds the CUDA headers this way
+        from cuda.pathfinder import find_nvidia_header_directory
+        found.append(find_nvidia_header_directory("cudart"))
+    except Exception:
+        pass
+    roots = [os.environ.get(v) for v in ("CUDA_PATH", "CUDA_HOME")] + ["/usr/local/cuda"]
+    try:
+        import cupy
+        roots.insert(0, cupy.cuda.get_cuda_path())
+    except Exception:
+        pass
+    found += [os.path.join(r, "include") for r in roots if r]
+    dirs = tuple(dict.fromkeys(d for d in found if d and os.path.isfile(os.path.join(d, "cuda_fp16.h"))))
+    if not dirs:
+        raise RuntimeError("NVRTC needs the CUDA headers (cuda_fp16.h) and none were found: install "
+                           "cupy with its CUDA toolkit headers (e.g. pip install 'cupy-cuda13x[ctk]') "
+                           "or set CUDA_PATH")
+    return dirs[:1]
 
 
 def get_function(module, name: str, *, max_dynamic_smem: int = 0):
