@@ -24,11 +24,12 @@ import numpy as np
 from . import prebuilt
 from .codegen import TOKEN_TILES, wgmma_source
 from .formats import ENGINE_FORMATS, engine_format_id, engine_traits, engine_traits_header, prelude
-from .runtime import ceil_div, load_source, require_cupy, sm_count
+from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
-           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS"]
+           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
+           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -44,6 +45,16 @@ def use_pdl(M: int) -> bool:
     """Whether the engine's callers launch an ``M``-token GEMM with PDL by default."""
     return M <= PDL_MAX_M
 
+
+#: Whether launches with at least as many tiles as CTAs take whole-tile rounds before the
+#: stream-K stripes (:func:`whole_rounds`); off: pure stream-K. A switch for A/B measurements.
+HYBRID = True
+#: Smallest token tile with a hybrid instantiation (prebuilt and used): the tiles outnumber
+#: the SMs mostly at M > 64; below, only very wide layers (N >= 33792) would have rounds.
+HYB_MIN_BN = 128
+#: Whole-tile rounds only when the activations are at least this fraction of the L2
+#: (:func:`whole_rounds`; tests set 0 to exercise the rounds on small shapes).
+HYB_L2_FRACTION = 0.25
 
 #: Consumer schedules: 0 interleaved (decode the next k-step while one wgmma runs; few A
 #: registers, for wide token tiles), 1 batched (decode the whole next stage while the current
@@ -145,14 +156,16 @@ def engine_source() -> str:
     return body.replace("MACTILE_GENERATED_WGMMA", wgmma_source(TOKEN_TILES))
 
 
-def engine_name(fmt: str, cfg: EngineConfig) -> str:
-    """Kernel name expression of one instantiation."""
-    return f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}>"
+def engine_name(fmt: str, cfg: EngineConfig, hyb: int = 0) -> str:
+    """Kernel name expression of one instantiation (``hyb``: 1 with whole-tile rounds before
+    the stream-K stripes, :func:`whole_rounds`)."""
+    return (f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}, "
+            f"{int(hyb)}>")
 
 
-def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False):
+def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False, hyb: int = 0):
     src = ("#define MT_ENGINE_TRACE 1\n" if traced else "") + engine_source()
-    return prebuilt.get_kernel(src, engine_name(fmt, cfg), max_dynamic_smem=smem_bytes(fmt, cfg))
+    return prebuilt.get_kernel(src, engine_name(fmt, cfg, hyb), max_dynamic_smem=smem_bytes(fmt, cfg))
 
 
 def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int | None = None) -> int:
@@ -176,6 +189,27 @@ def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int
         return max(1, min(units, tiles * parts))
     best = max(d for d in range(1, sms + 1) if tiles % d == 0)
     return best if best >= 0.9 * sms else min(sms, units)
+
+
+def whole_rounds(tiles: int, ku: int, n_ctas: int, act_bytes: int = 0, l2_bytes: int = 0) -> int:
+    """Rounds of whole tiles before the stream-K stripes (hybrid stream-K, CUTLASS's
+    data-parallel + stream-K), or 0 (pure stream-K).
+
+    Pure stream-K over every tile starts each CTA at a different k, so together they touch
+    all of K at once: when the activations (``act_bytes``, all of M x K) are a large part of
+    the L2 they are re-read from HBM (25600x5120 at M = 1024: NestedFP16 0.45x, nvfp4 0.70x
+    of cuBLAS). In rounds (CTA c takes tiles c, c + n_ctas, ... for ``tiles // n_ctas``
+    rounds, then the ``tiles % n_ctas`` others in stripes) the CTAs work at the same k.
+    Rounds are used when the tiles do not divide evenly (if they do, the stripes are whole
+    tiles already), the rest can be striped with at least one k-block per CTA, and
+    ``act_bytes >= HYB_L2_FRACTION x l2_bytes``: measured on the H100, the rounds lost where the
+    activations were small and stream-K's order let both token tiles of a weight tile run at
+    the same time (5120x25600 at M = 512: 1.24-1.31x the time; 4096x28672 FP8 at M = 256:
+    1.39x), and won from 16.8 MB (8192x5120 at M = 1024) up. :data:`HYBRID` off: 0."""
+    if not HYBRID or tiles < n_ctas or act_bytes < HYB_L2_FRACTION * l2_bytes:
+        return 0
+    rest = tiles % n_ctas
+    return tiles // n_ctas if rest and rest * ku >= n_ctas else 0
 
 
 def weight_bytes_per_element(fmt: str) -> float:
@@ -223,15 +257,19 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     tile_bytes = int(cfg.wgs * 64 * K_pad * weight_bytes_per_element(fmt))
     C = cfg.n_ctas or default_ctas(tiles, units, tile_bytes=tile_bytes)
     C = min(C, units)
+    NF = 0
+    if cfg.bn >= HYB_MIN_BN:
+        act = M * K_pad * (1 if tr["FP8"] else 2)
+        NF = whole_rounds(tiles, units // tiles, C, act, l2_bytes())
     ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
     trace = _TRACE.get("buf")
-    fn = _kernel(fmt, cfg, traced=trace is not None)
+    fn = _kernel(fmt, cfg, traced=trace is not None, hyb=1 if NF else 0)
     out_f32 = y.dtype == np.float32
     if trace is not None and trace.size < TRACE_SLOTS * C:
         raise ValueError(f"trace buffer holds {trace.size} stamps; this launch needs {TRACE_SLOTS * C}")
     launch(fn, (C,), ((cfg.wgs + 1) * 128,),
            (tm_b, tm_a0, tm_a1, wcodes, wscales, col_scale, y, ws, cnt, np.int32(M), np.int32(N),
-            np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.float32(out_scale),
+            np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.int32(NF), np.float32(out_scale),
             np.int32(out_f32), *(np.uint32(v) for v in lut), trace),
            shared_mem=smem_bytes(fmt, cfg), pdl=pdl)
     return y
@@ -389,4 +427,5 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
 
 def prebuilt_jobs():
     """``[(source, [names])]`` for :func:`mactile.gpu.prebuilt.build`."""
-    return [(engine_source(), sorted({engine_name(f, c) for f, c in instances()}))]
+    return [(engine_source(), sorted({engine_name(f, c, h) for f, c in instances() for h in (0, 1)
+                                      if not h or c.bn >= HYB_MIN_BN}))]

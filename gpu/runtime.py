@@ -39,7 +39,7 @@ from pathlib import Path
 __all__ = [
     "GpuUnavailable", "require_cupy", "gpu_available", "gpu_skip_reason",
     "NVRTC_OPTIONS", "KERNEL_DIR", "load_source", "compile_module", "get_function", "nvrtc_cache_dir",
-    "check_launch", "device_info", "sm_count", "versions", "nvcc_check", "NvccReport", "ceil_div",
+    "check_launch", "device_info", "sm_count", "l2_bytes", "versions", "nvcc_check", "NvccReport", "ceil_div",
 ]
 
 #: Folder of the ``.cu`` templates.
@@ -339,6 +339,13 @@ def sm_count(device: int | None = None) -> int:
     cp = require_cupy()
     dev = device if device is not None else cp.cuda.Device().id
     return dict(_device_static(dev))["sm_count"]
+
+
+def l2_bytes(device: int | None = None) -> int:
+    """L2 cache size of the current (or given) device in bytes (cached)."""
+    cp = require_cupy()
+    dev = device if device is not None else cp.cuda.Device().id
+    return dict(_device_static(dev))["l2_bytes"]
 
 
 def device_info(device: int | None = None) -> dict:

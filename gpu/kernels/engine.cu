@@ -14,8 +14,9 @@
 //     operand in registers
 //     (the format's policy below), issue wgmma with B from shared memory, and release the
 //     stage on its `empty` mbarrier once the wgmmas that read it have retired;
-//   * persistent CTAs walk equal stripes of the (output tile, k-block) sequence (stream-K;
-//     tile-aligned when the grid divides the tiles): a tile a CTA owns entirely goes straight
+//   * persistent CTAs first take NF rounds of whole tiles (CTA c: tiles c, c + n_ctas, ...),
+//     then walk equal stripes of the remaining (output tile, k-block) sequence (hybrid
+//     stream-K; pure stream-K when NF = 0): a tile a CTA owns entirely goes straight
 //     to the epilogue; a tile shared by several CTAs is summed from their FP32 partials by
 //     the last to arrive, in stripe order (deterministic), and its counter returns to zero;
 //   * epilogue: FP32 accumulators times the output scale -> FP16 -> stmatrix.trans into a
@@ -238,9 +239,11 @@ __device__ __forceinline__ float engine_scale_f32(u32 code) {
 }
 
 // ------------------------------------------------------------------ work partition
-// Persistent CTA c walks units [ubeg, uend) of the (tile, k-block) sequence, tile-major:
-// equal stripes (Marlin/stream-K): stripe_begin / stripe_owner of fp4_common.cuh (U < 2^31,
-// checked on the host).
+// Persistent CTA c first takes NF rounds of whole tiles (tiles c, c + n_ctas, ...: the CTAs
+// of a round work on neighbouring tiles at the same k, so the L2 serves their shared
+// activations and weights once), then walks units [ubeg, uend) of the remaining (tile,
+// k-block) sequence, tile-major: equal stripes of units U0..U-1 (Marlin/stream-K):
+// stripe_begin / stripe_owner of fp4_common.cuh (U < 2^31, checked on the host).
 
 // acc[i] = p[i] + acc[i] for a partial-sum slot [NACC/4][CT] float4 (the loads of a chunk
 // of 16 float4 in flight together).
@@ -271,7 +274,7 @@ __device__ __forceinline__ void engine_add_partial(float (&acc)[NACC], const flo
 // last arriver inserting its own sums (still in registers) at their place.
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, int U,
-                                                   int n_ctas, int ubeg, uint8_t* epi, int* s_flag,
+                                                   int U0, int n_ctas, int ubeg, uint8_t* epi, int* s_flag,
                                                    const float* __restrict__ col_scale, void* __restrict__ y,
                                                    float* __restrict__ ws, int* __restrict__ counters, int M,
                                                    int N, float out_scale, int out_f32) {
@@ -283,7 +286,10 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
     const int tt = tile / RTc, rc = tile % RTc;
     const int tok0 = tt * BN, nb = (rc * WGS + cw) * 64;
     const int t_u0 = tile * KU;
-    const int c_first = stripe_owner(t_u0, U, n_ctas), c_last = stripe_owner(t_u0 + KU - 1, U, n_ctas);
+    // tiles of the whole-tile rounds (t_u0 < U0) have one owner; the others are striped over
+    // units U0..U-1
+    const int c_first = t_u0 < U0 ? c : stripe_owner(t_u0 - U0, U - U0, n_ctas);
+    const int c_last = t_u0 < U0 ? c : stripe_owner(t_u0 + KU - 1 - U0, U - U0, n_ctas);
     if (c_first != c_last) {
         // partial sums as float4 [slot][NACC/4][CT] (coalesced); slot 2c: the tile is the first
         // of c's stripe, 2c+1: its last. Every later contributor's stripe begins in the tile.
@@ -301,7 +307,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         named_sync(1, CT);
         if (*s_flag == 0) return;
         __threadfence();
-        const int b_first = stripe_begin(c_first, U, n_ctas);
+        const int b_first = U0 + stripe_begin(c_first, U - U0, n_ctas);
         const int first_slot = 2 * c_first + (b_first < t_u0 ? 1 : 0);
         auto slot_of = [&](int cc) { return cc == c_first ? first_slot : 2 * cc; };
         // acc = S + acc where S is the in-order sum of the earlier contributors' partials
@@ -404,11 +410,14 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
 }
 
 // ------------------------------------------------------------------ the kernel
+// HYB 1: NF rounds of whole tiles before the stripes (hybrid stream-K); HYB 0: stripes only
+// (NF ignored; the loops of the stripes alone, which measured 2-8% faster than the hybrid
+// loops with NF = 0).
 // SCHED 0 (interleaved): one wgmma per k-step, the next k-step decoded while it runs (few A
 // registers: for wide token tiles). SCHED 1 (batched): the whole next stage decoded while
 // the current stage's wgmmas run (two register sets of A; more independent work per warp:
 // for narrow token tiles, where the decode dominates).
-template <int F, int BN, int STAGES, int WGS, int SCHED>
+template <int F, int BN, int STAGES, int WGS, int SCHED, int HYB>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16 or e4m3)
             const __grid_constant__ TensorMap tm_a0,  // A_PLANES: upper plane; A_SMEM: A
@@ -417,7 +426,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             const uint8_t* __restrict__ wscales,      // A_FRAG: frag scales
             const float* __restrict__ col_scale,      // per-token output scale (or null)
             void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters,
-            int M, int N, int K_pad, int RT, int TT, int n_ctas, float out_scale, int out_f32,
+            int M, int N, int K_pad, int RT, int TT, int n_ctas, int NF, float out_scale, int out_f32,
             u32 l0, u32 l1, u32 l2, u32 l3, u32 lsp,
             u64* __restrict__ trace) {             // MT_ENGINE_TRACE: TRACE_SLOTS stamps per CTA
     using C = EngCfg<F, BN, STAGES, WGS>;
@@ -436,10 +445,26 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     const int KU = K_pad / BK;                  // k-blocks per tile
     const int U = TT * RTc * KU;                // < 2^31 (host check)
     const int c = blockIdx.x;
-    const int ubeg = stripe_begin(c, U, n_ctas), uend = stripe_begin(c + 1, U, n_ctas);
-    const int tile_beg = ubeg / KU, tile_end = (uend - 1) / KU;
-    const int kb_beg = ubeg - tile_beg * KU;    // first k-block of tile_beg
+    // NF rounds of whole tiles, then this CTA's stripe of units U0..U-1 (host: NF = 0, or the
+    // remaining units >= n_ctas, so that every stripe is non-empty)
+    const int U0 = HYB ? NF * n_ctas * KU : 0;
+    const int ubeg = U0 + stripe_begin(c, U - U0, n_ctas), uend = U0 + stripe_begin(c + 1, U - U0, n_ctas);
+    const int tile_beg = ubeg / KU, tile_end = (uend - 1) / KU;  // of the stripe
+    const int kb_beg = ubeg - tile_beg * KU;     // first k-block of tile_beg
     const int kb_last = uend - 1 - tile_end * KU;  // last k-block of tile_end
+    const int nseg = (HYB ? NF : 0) + (ubeg < uend ? tile_end - tile_beg + 1 : 0);  // tiles this CTA works on
+    // segment i < nseg: (tile, first and last k-block)
+    auto segment = [&](int i, int& tile, int& k_lo, int& k_hi) {
+        if (i < NF) {
+            tile = c + i * n_ctas;
+            k_lo = 0;
+            k_hi = KU - 1;
+        } else {
+            tile = ubeg / KU + (i - NF);
+            k_lo = max(ubeg - tile * KU, 0);
+            k_hi = min(uend - tile * KU, KU) - 1;
+        }
+    };
 
     MT_TRACE(TR_ENTRY, tid == 0, globaltimer());
     if (tid == 0) {
@@ -465,22 +490,20 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     griddep_wait();  // the previous kernel's results are visible from here on
     MT_TRACE(TR_READY, tid == 0, globaltimer());
     MT_TRACE(TR_SM, tid == 0, smid());
-    MT_TRACE(TR_TILES, tid == 0, ubeg < uend ? tile_end - tile_beg + 1 : 0);
+    MT_TRACE(TR_TILES, tid == 0, nseg);
 
     if (wg == 0) {
         // ---------------------------------------------------------------- producer
         if constexpr (C::SETMAXNREG) setmaxnreg_dec<40>();
-        if (tid == 0 && ubeg < uend) {
+        if (tid == 0 && nseg > 0) {
             // weights read by one token tile only are streamed past the L2 (evict first);
             // with several token tiles they are re-read and keep the default policy
             const u64 wpolicy = TT == 1 ? policy_evict_first() : policy_evict_normal();
             int s = 0;
             u32 phase = 0;
             MT_TRACE(TR_FIRST_COPY, true, globaltimer());
-#pragma unroll 1
-            for (int tile = tile_beg; tile <= tile_end; ++tile) {
+            auto copy_tile = [&](const int tile, const int k_lo, const int k_hi) {  // its k-blocks
                 const int tt = tile / RTc, rc = tile % RTc;
-                const int k_lo = tile == tile_beg ? kb_beg : 0, k_hi = tile == tile_end ? kb_last : KU - 1;
 #pragma unroll 1
                 for (int kb = k_lo; kb <= k_hi; ++kb) {
                     mbar_wait(bar_empty + 8 * s, phase ^ 1);
@@ -510,6 +533,18 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     }
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
+            };
+            if constexpr (HYB) {
+#pragma unroll 1
+                for (int i = 0; i < nseg; ++i) {
+                    int tile, k_lo, k_hi;
+                    segment(i, tile, k_lo, k_hi);
+                    copy_tile(tile, k_lo, k_hi);
+                }
+            } else {
+#pragma unroll 1
+                for (int tile = tile_beg; tile <= tile_end; ++tile)
+                    copy_tile(tile, tile == tile_beg ? kb_beg : 0, tile == tile_end ? kb_last : KU - 1);
             }
         }
         return;
@@ -533,15 +568,14 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
 
     int s = 0;
     u32 phase = 0;
-    if (ubeg >= uend) return;
-#pragma unroll 1
-    for (int tile = tile_beg; tile <= tile_end; ++tile) {
-        const int k_lo = tile == tile_beg ? kb_beg : 0, k_hi = tile == tile_end ? kb_last : KU - 1;
+    if (nseg == 0) return;
+    // one tile: its k-blocks [k_lo, k_hi] and its finish (first / last of this CTA: the trace)
+    auto run_tile = [&](const int tile, const int k_lo, const int k_hi, const bool first, const bool last) {
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
         // tile prologue: no wgmma in flight
         mbar_wait(bar_full + 8 * s, phase);
-        MT_TRACE(TR_FIRST_DATA, ct == 0 && tile == tile_beg, globaltimer());
+        MT_TRACE(TR_FIRST_DATA, ct == 0 && first, globaltimer());
         engine_load<F, BN, STAGES, WGS>(smem, s, cw, wi, lane, wv, sc);
         if constexpr (BATCH) {
 #pragma unroll
@@ -672,9 +706,23 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             __syncwarp();
             if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));  // the tile's last stage
         }
-        MT_TRACE(TR_MAIN_END, ct == 0 && tile == tile_end, globaltimer());
-        engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, n_ctas, ubeg, epi, s_flag, col_scale, y, ws,
-                                               counters, M, N, out_scale, out_f32);
+        MT_TRACE(TR_MAIN_END, ct == 0 && last, globaltimer());
+        engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, U0, n_ctas, ubeg, epi, s_flag, col_scale, y,
+                                               ws, counters, M, N, out_scale, out_f32);
+    };
+    if constexpr (HYB) {
+        // i < nseg, without keeping nseg live (the 4-warpgroup kernels are at their register limit)
+#pragma unroll 1
+        for (int i = 0; i < NF || (ubeg < uend && i - NF <= (uend - 1) / KU - ubeg / KU); ++i) {
+            int tile, k_lo, k_hi;
+            segment(i, tile, k_lo, k_hi);
+            run_tile(tile, k_lo, k_hi, i == 0, i == nseg - 1);
+        }
+    } else {
+#pragma unroll 1
+        for (int tile = tile_beg; tile <= tile_end; ++tile)
+            run_tile(tile, tile == tile_beg ? kb_beg : 0, tile == tile_end ? kb_last : KU - 1, tile == tile_beg,
+                     tile == tile_end);
     }
     MT_TRACE(TR_END, ct == 0, globaltimer());
 }

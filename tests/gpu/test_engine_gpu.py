@@ -90,9 +90,10 @@ def _exact_case(fmt, N, K, rng):
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
 @pytest.mark.parametrize("M", [3, 70, 260])
-def test_exact_arithmetic_every_partition(fmt, M, rng):
+def test_exact_arithmetic_every_partition(fmt, M, rng, monkeypatch):
     cp = cupy()
     e = _engine()
+    monkeypatch.setattr(e, "HYB_L2_FRACTION", 0.0)  # whole-tile rounds wherever they apply
     N, K = 197, 1152
     q = _exact_case(fmt, N, K, rng)
     x = (rng.integers(-8, 9, (M, K)) * 0.125).astype(np.float16)
@@ -101,7 +102,7 @@ def test_exact_arithmetic_every_partition(fmt, M, rng):
     pw = pack_w4a16(q, layouts=("frag",)).to(cp)
     base = e.config_for(fmt.name, M)
     outs = []
-    for n_ctas in (1, 2, 5, 7, 0):
+    for n_ctas in (1, 2, 3, 5, 7, 0):  # M = 260, 3 CTAs: a round of whole tiles, then stripes
         y = poisoned((M, N), np.float32)
         e.gemm_fp4(cp.asarray(x), pw, cfg=e.EngineConfig(base.bn, base.stages, base.wgs, n_ctas), out=y)
         np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
@@ -145,20 +146,24 @@ def test_broken_decode_is_caught(rng, monkeypatch):
         check_close(y.get(), y_ref, abs_sum, K)
 
 
-def test_deterministic_and_graph_replay(rng):
+def test_deterministic_and_graph_replay(rng, monkeypatch):
     """Bitwise equal results over repeated launches, also replayed from a CUDA graph (the
-    tile counters return to zero)."""
+    tile counters return to zero): stream-K only (9 CTAs, 6 tiles) and hybrid (4 CTAs: one
+    round of whole tiles, the last two tiles in stripes)."""
     cp = cupy()
     e = _engine()
     q = _weight(NVFP4(), 640, 2048, rng)
     pw = pack_w4a16(q, layouts=("frag",)).to(cp)
     x = cp.asarray(rng.standard_normal((20, 2048)).astype(np.float16))
-    cfg = e.EngineConfig(32, 8, 2, 9)  # shared tiles
-    a = e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get()
-    y = cp.empty((20, 640), dtype=cp.float32)
-    replay_in_graph(lambda: e.gemm_fp4(x, pw, cfg=cfg, out=y), [y], times=3)
-    np.testing.assert_array_equal(a, y.get())
-    np.testing.assert_array_equal(a, e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get())
+    monkeypatch.setattr(e, "HYB_L2_FRACTION", 0.0)
+    hybrid = e.EngineConfig(128, e.max_stages("nvfp4", 128), 2, 4)  # 6 tiles, 4 CTAs
+    assert e.whole_rounds(6, 2048 // 64, 4, 1, 1) == 1
+    for cfg in (e.EngineConfig(32, 8, 2, 9), hybrid):  # shared tiles
+        a = e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get()
+        y = cp.empty((20, 640), dtype=cp.float32)
+        replay_in_graph(lambda: e.gemm_fp4(x, pw, cfg=cfg, out=y), [y], times=3)
+        np.testing.assert_array_equal(a, y.get())
+        np.testing.assert_array_equal(a, e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get())
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)

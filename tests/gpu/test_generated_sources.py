@@ -15,8 +15,8 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['18f1306c579a9b6056a8',
- 'a0ebcb9755cb7a9be0c3',
+SOURCES = ['02cfbd0ce392a6583e58',
+ '18f1306c579a9b6056a8',
  'ae331d288b63eeae0e60',
  'd5c2c2104f8da481ad70',
  'e7f306ae1a4bab79ab1b']
