@@ -6,7 +6,9 @@ wgmma kernel template for every weight format, and its launcher.
 A configuration is ``EngineConfig(bn, stages, wgs)``: tokens per tile (the wgmma N),
 pipeline depth, consumer warpgroups (64 output features each). CTAs are persistent and take
 equal stripes of the (tile, k-block) sequence (stream-K with a deterministic reduction of
-shared tiles); ``n_ctas`` defaults to one per SM, capped by the work.
+shared tiles), after rounds of whole tiles where the tiles outnumber the CTAs unevenly and
+the activations are large (hybrid stream-K, :func:`whole_rounds`); ``n_ctas`` defaults to
+one per SM, capped by the work.
 
 Formats (``formats.ENGINE_FORMATS``): the FP4 family from a :class:`PackedW4A16` ``frag``
 layout (:func:`gemm_fp4`), NestedFP's planes in FP16 mode (:func:`gemm_planes`) and FP8 mode
