@@ -277,6 +277,10 @@ def test_killed_sweep_resumes_where_it_stopped(tools, tmp_path):
 
 
 @pytest.mark.synth
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupted_sweep_exits_cleanly(tools, tmp_path):
     """SIGINT (Ctrl-C) while jobs run: exit 130, the finished jobs kept, no temporary
     file left in the output folder, no half entry in the cache."""
@@ -287,8 +291,12 @@ def test_interrupted_sweep_exits_cleanly(tools, tmp_path):
     out = tmp_path / "out"
     cache = tmp_path / "cache"  # its run folders appear once the jobs run
     env = {**os.environ, "MACTILE_CACHE_DIR": str(cache)}
+    # SIGINT back to its default in the child: a test run started in the background of a
+    # non-interactive shell (`make test &`) inherits it ignored, and Python then keeps
+    # ignoring it, as a backgrounded program should: the sweep would run to its end.
     proc = subprocess.Popen([sys.executable, "-m", "mactile.cli.main", "sweep", str(spec_file),
                              "-o", str(out), "-j", "2"], env=env, start_new_session=True,
+                            preexec_fn=_default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = cache / "runs"
     deadline = time.monotonic() + 60
