@@ -31,7 +31,7 @@ from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
-           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION"]
+           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "split_parts"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -51,6 +51,16 @@ def use_pdl(M: int) -> bool:
 #: Whether launches with at least as many tiles as CTAs take whole-tile rounds before the
 #: stream-K stripes (:func:`whole_rounds`); off: pure stream-K. A switch for A/B measurements.
 HYBRID = True
+#: Whether a launch whose tiles are each split into the same number of parts, one per CTA,
+#: sums them in all of those CTAs at once (each a slice of the tile, :func:`split_parts`)
+#: rather than in the last to arrive alone. A switch for A/B measurements.
+PARTS_REDUCE = True
+#: Fewest parts per tile summed together. Measured on the H100 (nvfp4, one process, graph
+#: replay with PDL): 4-12 parts gained up to 21% (4096x4096 at M = 64: 16.4 -> 12.9 us) and
+#: lost nowhere beyond 1%; 2-3 parts, where the last arriver reads only 1-2 partial tiles,
+#: lost up to 6% (5120x10240 at M = 64, 3 parts: 24.0 -> 25.4 us; 8192x8192 at M = 256,
+#: 2 parts: 54.0 -> 56.0 us), so they keep the last arriver.
+PARTS_MIN = 4
 #: Smallest token tile with a hybrid instantiation (prebuilt and used): the tiles outnumber
 #: the SMs mostly at M > 64; below, only very wide layers (N >= 33792) would have rounds.
 HYB_MIN_BN = 128
@@ -173,12 +183,15 @@ def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False, hyb: int = 0):
 def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int | None = None) -> int:
     """Persistent CTAs for ``tiles`` output tiles of ``units`` k-blocks in all.
 
-    * fewer tiles than SMs: every tile split into the same number of parts, at most
-      ``sms // tiles`` and, when ``tile_bytes`` (weight bytes per tile) is given, at most
-      ``round(sqrt(tile_bytes / 4096))``: the last arriver of a tile sums every other
-      part, so the reduction grows with the parts while the streaming gain saturates
-      (measured on H100 at M = 1: a 256-row tile of K = 4096, 0.6 MB, is fastest at 8-16
-      parts, 8.1-8.3 us against 17.2 us at 128 parts; of K = 14336, 2 MB, at 16-24 parts);
+    * fewer tiles than SMs: every tile split into the same number of parts, ``sms // tiles``
+      (at most the k-blocks of a tile) when the parts are summed by all their CTAs
+      (:func:`split_parts`: each reads one tile's worth of partial sums, whatever the
+      parts; 4096x256 at M = 1 in 64 parts 5.5 us against 7.1 us in 12), else at most
+      ``round(sqrt(tile_bytes / 4096))`` when ``tile_bytes`` (weight bytes per tile) is
+      given: the last arriver of a tile sums every other part, so its reduction grows with
+      the parts while the streaming gain saturates (measured on H100 at M = 1: a 256-row
+      tile of K = 4096, 0.6 MB, was fastest at 8-16 parts, 8.1-8.3 us against 17.2 us at
+      128 parts; of K = 14336, 2 MB, at 16-24 parts);
     * otherwise the largest divisor of ``tiles`` that is at most ``sms``, when it keeps at
       least 90% of the SMs busy (whole tiles per CTA: no partial sums), else one CTA per
       SM (stream-K: the remainder spread over all SMs).
@@ -186,7 +199,7 @@ def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int
     sms = sms or sm_count()
     if tiles < sms:
         parts = sms // tiles
-        if tile_bytes:
+        if tile_bytes and not split_parts(tiles, tiles * min(parts, units // tiles), sms=sms):
             parts = min(parts, max(1, round(math.sqrt(tile_bytes / 4096))))
         return max(1, min(units, tiles * parts))
     best = max(d for d in range(1, sms + 1) if tiles % d == 0)
@@ -263,6 +276,7 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     if cfg.bn >= HYB_MIN_BN:
         act = M * K_pad * (1 if tr["FP8"] else 2)
         NF = whole_rounds(tiles, units // tiles, C, act, l2_bytes())
+    P = split_parts(tiles, C, NF)
     ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
     trace = _TRACE.get("buf")
     fn = _kernel(fmt, cfg, traced=trace is not None, hyb=1 if NF else 0)
@@ -271,7 +285,7 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
         raise ValueError(f"trace buffer holds {trace.size} stamps; this launch needs {TRACE_SLOTS * C}")
     launch(fn, (C,), ((cfg.wgs + 1) * 128,),
            (tm_b, tm_a0, tm_a1, wcodes, wscales, col_scale, y, ws, cnt, np.int32(M), np.int32(N),
-            np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.int32(NF), np.float32(out_scale),
+            np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.int32(NF), np.int32(P), np.float32(out_scale),
             np.int32(out_f32), *(np.uint32(v) for v in lut), trace),
            shared_mem=smem_bytes(fmt, cfg), pdl=pdl)
     return y
@@ -389,6 +403,23 @@ def gemm_fp8(xq, xscale, upper, N: int, *, cfg: EngineConfig | None = None, out=
 
 
 # --------------------------------------------------------------------------- prebuild
+def split_parts(tiles: int, n_ctas: int, nf: int = 0, sms: int | None = None) -> int:
+    """Parts per tile summed by all of a tile's CTAs together, or 0 (the last to arrive sums).
+
+    Applies when every tile is split into the same number ``P >= 2`` of parts, one stripe
+    per CTA (``n_ctas = tiles x P``, no whole-tile rounds ``nf``): each of the ``P`` CTAs
+    waits for the others and sums one P-th of the tile, reading one tile's worth of partial
+    sums where the last arriver alone reads ``P - 1`` tiles. The wait needs every CTA of
+    the grid resident at once: at most one CTA per SM (``sms``, default the device's).
+    Fewer than :data:`PARTS_MIN` parts, or :data:`PARTS_REDUCE` off: 0."""
+    if not PARTS_REDUCE or nf or tiles <= 0 or n_ctas % tiles:
+        return 0
+    if n_ctas > (sms or sm_count()):
+        return 0
+    P = n_ctas // tiles
+    return P if P >= max(2, PARTS_MIN) else 0
+
+
 def _variants(fmt: str, bn: int) -> list[EngineConfig]:
     """The configurations tried for token tile ``bn`` (tuning): two or four consumer
     warpgroups (four up to 64 tokens), either schedule, deepest pipeline."""

@@ -268,13 +268,83 @@ __device__ __forceinline__ void engine_add_partial(float (&acc)[NACC], const flo
 }
 
 // ------------------------------------------------------------------ epilogue
-// Tile `tile` of this CTA is done: write it (sole owner), or store this CTA's FP32 sums and,
-// if last to arrive, add every contributor's sums in stripe order and write. The sum is
-// formed in the same order whoever arrives last: (((p_first + p_2) + ...) + p_last), the
-// last arriver inserting its own sums (still in registers) at their place.
+// Tile `tile` is split into exactly P > 1 parts, one per CTA (CTAs tile*P .. tile*P + P-1,
+// every stripe inside one tile, so it is each CTA's only tile: the host passes P > 1 only
+// then, with every CTA resident at once). Called by engine_finish_tile once this CTA's FP32
+// sums are stored: the P CTAs wait for each other, and each gathers one P-th of the tile
+// from every part into its pipeline buffers (free now: cp.async, all in flight at once),
+// sums it in part order (the same additions in the same order as the last arriver's:
+// bit-identical) and writes it. The last arriver alone reads P - 1 partial tiles; here each
+// CTA reads one tile's worth. The counter counts to 2P (arrivals, then departures).
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_reduce_parts(int tile, int RTc, int P, uint8_t* stage_smem,
+                                                    const float* __restrict__ col_scale, void* __restrict__ y,
+                                                    const float* __restrict__ ws, int* __restrict__ counters, int M,
+                                                    int N, float out_scale, int out_f32) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    constexpr int CT = C::CT, SLOT = CT * C::NACC, F4 = SLOT / 4;
+    static_assert(SLOT * 4 <= STAGES * C::STAGE_BYTES, "a tile of partial sums fits the pipeline's buffers");
+    const int ct = threadIdx.x - 128;
+    const int c = blockIdx.x, c_first = tile * P;
+    fence_proxy_async_smem();  // the buffers were last read by wgmma (async proxy); cp.async writes them
+    // one release per CTA: the barrier orders every thread's stores before thread 0's fence
+    named_sync(1, CT);
+    if (ct == 0) {
+        __threadfence();
+        atomicAdd(counters + tile, 1);
+        while (ld_acquire_gpu(counters + tile) < P) __nanosleep(64);
+        // every part has passed its wait: the last to get here returns the counter to zero
+        // for the next launch (which touches it only after griddepcontrol.wait)
+        if (atomicAdd(counters + tile, 1) == 2 * P - 1) counters[tile] = 0;
+    }
+    named_sync(1, CT);
+    // this CTA's float4 [f_lo, f_lo + n4) of every part -> shared [P][n4]
+    const int r = c - c_first, f_lo = (int)((long long)r * F4 / P);
+    const int n4 = (int)((long long)(r + 1) * F4 / P) - f_lo;
+    const float4* src = reinterpret_cast<const float4*>(ws + (size_t)(2 * c_first) * SLOT) + f_lo;
+    const u32 dst = smem_u32(stage_smem);
+#pragma unroll 1
+    for (int i = ct; i < P * n4; i += CT) {
+        const int pp = i / n4, k = i - pp * n4;
+        cp_async16(dst + 16 * i, src + (size_t)pp * 2 * F4 + k, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    named_sync(1, CT);
+    const int tt = tile / RTc, rc = tile % RTc, tok0 = tt * BN;
+    const float4* part = reinterpret_cast<const float4*>(stage_smem);
+#pragma unroll 1
+    for (int k = ct; k < n4; k += CT) {
+        float4 v = part[k];
+#pragma unroll 4
+        for (int pp = 1; pp < P; ++pp) {
+            const float4 q = part[pp * n4 + k];
+            v = make_float4(v.x + q.x, v.y + q.y, v.z + q.z, v.w + q.w);
+        }
+        // f = j CT + t: acc[4j .. 4j+3] of consumer thread t of the fragment layout, i.e.
+        // (tok, n), (tok+1, n), (tok, n+8), (tok+1, n+8)
+        const int f = f_lo + k, j = f / CT, ft = f % CT, fl = ft & 31;
+        const int tok = tok0 + 8 * j + 2 * (fl & 3);
+        const int n = (rc * WGS + (ft >> 7)) * 64 + ((ft >> 5) & 3) * 16 + (fl >> 2);
+        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int tk = tok + (q & 1), nn = n + 8 * (q >> 1);
+            if (tk >= M || nn >= N) continue;
+            if (out_f32) {  // the rounding of engine_finish_tile's FP32 path
+                reinterpret_cast<float*>(y)[(size_t)tk * N + nn] = e[q] * out_scale * (col_scale ? col_scale[tk] : 1.f);
+            } else {        // and of its FP16 path
+                const float cs = col_scale ? out_scale * col_scale[tk] : out_scale;
+                reinterpret_cast<__half*>(y)[(size_t)tk * N + nn] = __float2half_rn(e[q] * cs);
+            }
+        }
+    }
+}
+
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, int U,
-                                                   int U0, int n_ctas, int ubeg, uint8_t* epi, int* s_flag,
+                                                   int U0, int n_ctas, int ubeg, int P, uint8_t* stage_smem,
+                                                   uint8_t* epi, int* s_flag,
                                                    const float* __restrict__ col_scale, void* __restrict__ y,
                                                    float* __restrict__ ws, int* __restrict__ counters, int M,
                                                    int N, float out_scale, int out_f32) {
@@ -298,6 +368,11 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
 #pragma unroll
         for (int j = 0; j < NACC / 4; ++j)
             __stcg(mine + j * CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+        if (P > 1) {  // the parts sum the tile together
+            engine_reduce_parts<F, BN, STAGES, WGS>(tile, RTc, P, stage_smem, col_scale, y, ws, counters, M, N,
+                                                    out_scale, out_f32);
+            return;
+        }
         __threadfence();
         named_sync(1, CT);
         if (ct == 0) {
@@ -426,7 +501,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             const uint8_t* __restrict__ wscales,      // A_FRAG: frag scales
             const float* __restrict__ col_scale,      // per-token output scale (or null)
             void* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters,
-            int M, int N, int K_pad, int RT, int TT, int n_ctas, int NF, float out_scale, int out_f32,
+            int M, int N, int K_pad, int RT, int TT, int n_ctas, int NF, int P, float out_scale, int out_f32,
             u32 l0, u32 l1, u32 l2, u32 l3, u32 lsp,
             u64* __restrict__ trace) {             // MT_ENGINE_TRACE: TRACE_SLOTS stamps per CTA
     using C = EngCfg<F, BN, STAGES, WGS>;
@@ -707,8 +782,8 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));  // the tile's last stage
         }
         MT_TRACE(TR_MAIN_END, ct == 0 && last, globaltimer());
-        engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, U0, n_ctas, ubeg, epi, s_flag, col_scale, y,
-                                               ws, counters, M, N, out_scale, out_f32);
+        engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, U0, n_ctas, ubeg, P, smem, epi, s_flag,
+                                               col_scale, y, ws, counters, M, N, out_scale, out_f32);
     };
     if constexpr (HYB) {
         // i < nseg, without keeping nseg live (the 4-warpgroup kernels are at their register limit)

@@ -94,6 +94,7 @@ def test_exact_arithmetic_every_partition(fmt, M, rng, monkeypatch):
     cp = cupy()
     e = _engine()
     monkeypatch.setattr(e, "HYB_L2_FRACTION", 0.0)  # whole-tile rounds wherever they apply
+    monkeypatch.setattr(e, "PARTS_MIN", 2)  # parts summed together wherever they apply
     N, K = 197, 1152
     q = _exact_case(fmt, N, K, rng)
     x = (rng.integers(-8, 9, (M, K)) * 0.125).astype(np.float16)
@@ -102,7 +103,9 @@ def test_exact_arithmetic_every_partition(fmt, M, rng, monkeypatch):
     pw = pack_w4a16(q, layouts=("frag",)).to(cp)
     base = e.config_for(fmt.name, M)
     outs = []
-    for n_ctas in (1, 2, 3, 5, 7, 0):  # M = 260, 3 CTAs: a round of whole tiles, then stripes
+    # M = 260, 3 CTAs: a round of whole tiles, then stripes; M = 3 (one tile) with 2..7 CTAs,
+    # M = 70 (two tiles) with 4 and 6, M = 260 (four) with 8: parts summed by all their CTAs
+    for n_ctas in (1, 2, 3, 4, 5, 6, 7, 8, 0):
         y = poisoned((M, N), np.float32)
         e.gemm_fp4(cp.asarray(x), pw, cfg=e.EngineConfig(base.bn, base.stages, base.wgs, n_ctas), out=y)
         np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
@@ -148,22 +151,60 @@ def test_broken_decode_is_caught(rng, monkeypatch):
 
 def test_deterministic_and_graph_replay(rng, monkeypatch):
     """Bitwise equal results over repeated launches, also replayed from a CUDA graph (the
-    tile counters return to zero): stream-K only (9 CTAs, 6 tiles) and hybrid (4 CTAs: one
-    round of whole tiles, the last two tiles in stripes)."""
+    tile counters return to zero): stream-K only (9 CTAs, 6 tiles), hybrid (4 CTAs: one
+    round of whole tiles, the last two tiles in stripes) and parts summed together (15 CTAs,
+    5 tiles)."""
     cp = cupy()
     e = _engine()
     q = _weight(NVFP4(), 640, 2048, rng)
     pw = pack_w4a16(q, layouts=("frag",)).to(cp)
     x = cp.asarray(rng.standard_normal((20, 2048)).astype(np.float16))
     monkeypatch.setattr(e, "HYB_L2_FRACTION", 0.0)
+    monkeypatch.setattr(e, "PARTS_MIN", 2)
     hybrid = e.EngineConfig(128, e.max_stages("nvfp4", 128), 2, 4)  # 6 tiles, 4 CTAs
     assert e.whole_rounds(6, 2048 // 64, 4, 1, 1) == 1
-    for cfg in (e.EngineConfig(32, 8, 2, 9), hybrid):  # shared tiles
+    parts = e.EngineConfig(32, 8, 2, 15)  # 5 tiles of 3 parts, summed by their 3 CTAs together
+    assert e.split_parts(5, 15, sms=132) == 3
+    for cfg in (e.EngineConfig(32, 8, 2, 9), hybrid, parts):  # shared tiles
         a = e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get()
         y = cp.empty((20, 640), dtype=cp.float32)
         replay_in_graph(lambda: e.gemm_fp4(x, pw, cfg=cfg, out=y), [y], times=3)
         np.testing.assert_array_equal(a, y.get())
         np.testing.assert_array_equal(a, e.gemm_fp4(x, pw, cfg=cfg, out_dtype=np.float32).get())
+
+
+@pytest.mark.parametrize("M", [1, 13, 70])
+def test_parts_reduce_equals_last_arriver(M, rng, monkeypatch):
+    """A split tile summed by all its CTAs (engine_reduce_parts) has the bits of the last
+    arriver's sum: FP16 and FP32 outputs, nvfp4 and NestedFP8 (per-token output scales), a
+    ragged N, every CTA count that splits the tiles evenly."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    cp = cupy()
+    e = _engine()
+    N, K = 200, 2048
+    pw = pack_w4a16(_weight(NVFP4(), N, K, rng), layouts=("frag",)).to(cp)
+    x = cp.asarray((rng.standard_normal((M, K)) * rng.uniform(0.2, 3.0, (M, 1))).astype(np.float16))
+    layer = NestedFPLinear(cp.asarray((rng.standard_normal((N, K)) * 0.05).astype(np.float16)))
+    monkeypatch.setattr(e, "PARTS_MIN", 2)
+    runs = 0
+    for fmt in ("nvfp4", "nestedfp8"):
+        base = e.config_for(fmt, M)
+        tiles = -(-M // base.bn) * (-(-N // 64) // base.wgs)
+        for parts in (2, 3, 5):
+            cfg = e.EngineConfig(base.bn, base.stages, base.wgs, tiles * parts, base.sched)
+            assert e.split_parts(tiles, tiles * parts, sms=132) == parts
+            for dt in (np.float16, np.float32):
+                got = {}
+                for on in (False, True):
+                    monkeypatch.setattr(e, "PARTS_REDUCE", on)
+                    if fmt == "nvfp4":
+                        got[on] = e.gemm_fp4(x, pw, cfg=cfg, out_dtype=dt).get()
+                    else:
+                        got[on] = layer(x, mode="fp8", config=cfg).get()
+                assert np.isfinite(got[True]).all()
+                np.testing.assert_array_equal(got[True], got[False], err_msg=f"{fmt} {cfg} {dt}")
+                runs += 1
+    assert runs == 12
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)

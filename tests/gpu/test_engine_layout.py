@@ -46,14 +46,19 @@ def test_configurations_fit(fmt):
         e.EngineConfig(24, 4, 2)
 
 
-def test_default_ctas():
+def test_default_ctas(monkeypatch):
     assert e.default_ctas(16, 16 * 64, sms=132) == 16 * 8  # equal splits of each tile
     assert e.default_ctas(128, 128 * 64, sms=132) == 128  # one whole tile per CTA
     assert e.default_ctas(264, 264 * 64, sms=132) == 132  # two whole tiles per CTA
     assert e.default_ctas(224, 224 * 64, sms=132) == 132  # 112 CTAs would idle 15%: stream-K
     assert e.default_ctas(190, 190 * 64, sms=132) == 132  # no divisor near 132: stream-K
     assert e.default_ctas(3, 5, sms=132) == 5  # capped by the work
-    # few tiles: parts capped by the weight bytes per tile (the last arriver's reduction)
+    # one tile: as many parts as SMs and k-blocks when the parts sum the tile together ...
+    assert e.default_ctas(1, 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 64
+    assert e.default_ctas(1, 224, sms=132, tile_bytes=256 * 14336 * 9 // 16) == 132
+    assert e.default_ctas(40, 40 * 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 120  # 3 parts
+    # ... else the last arriver's square-root rule
+    monkeypatch.setattr(e, "PARTS_REDUCE", False)
     assert e.default_ctas(1, 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 12
     assert e.default_ctas(1, 224, sms=132, tile_bytes=256 * 14336 * 9 // 16) == 22
     assert e.default_ctas(16, 16 * 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 16 * 8  # sms // tiles
@@ -91,7 +96,8 @@ def test_default_instances_compile_without_spills():
     # main loop's wgmmas), only at entry and in the finish of a tile. NestedFP16 at 128
     # tokens: two 64-bit values stored at entry, reloaded once per tile, 20-24 bytes. The
     # 4-warpgroup FP4 kernels of 64 tokens (96 registers): 8-12 bytes in the finish since
-    # the hybrid stream-K change (U0 in the stripe-owner arithmetic).
+    # the hybrid stream-K change (U0 in the stripe-owner arithmetic), 16 since the parts'
+    # reduction (engine_reduce_parts), which also moved NestedFP16's to 24 bytes.
     allowed = {e.engine_name("nestedfp16", e.config_for("nestedfp16", 128), h): 32 for h in (0, 1)}
     allowed.update({e.engine_name(f, e.config_for(f, 64), h): 16 for f in ("nvfp4", "mxfp4", "razer")
                     for h in (0, 1)})
@@ -104,7 +110,7 @@ def _mangled(expr):
     """Itanium mangling of ``mt::engine_gemm<a, b, c, d, e, f>`` (the kernel's fixed signature)."""
     args = expr[expr.index("<") + 1:-1].split(",")
     return ("_ZN2mt11engine_gemmIL" + "".join(f"i{int(a)}EL" for a in args)[:-1] + "EEvN3ptx9TensorMapES2_S2_PKhS4_"
-            "PKfPvPfPiiiiiiiifijjjjjPy")
+            "PKfPvPfPiiiiiiiiifijjjjjPy")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -120,6 +126,18 @@ def test_every_kernel_family_compiles():
         rep = nvcc_check(source + f"\nnamespace {{ void* keep_[] = {{ (void*)&{first} }}; }}\n",
                          extra=("-diag-suppress", "177"))  # raises with the log on an error
         assert rep.kernels, first
+
+
+def test_split_parts_rule():
+    """Parts summed by all of a tile's CTAs only when every tile has the same number of
+    parts, at least PARTS_MIN, without whole-tile rounds, and every CTA can be resident at
+    once."""
+    assert e.split_parts(16, 128, sms=132) == 8
+    assert e.split_parts(40, 120, sms=132) == 0     # 3 parts: fewer than PARTS_MIN
+    assert e.split_parts(16, 120, sms=132) == 0     # 7.5 parts per tile: stream-K's last arriver
+    assert e.split_parts(16, 16, sms=132) == 0      # one part per tile: nothing to sum
+    assert e.split_parts(4, 8, nf=1, sms=132) == 0  # whole-tile rounds first
+    assert e.split_parts(1, 140, sms=132) == 0      # more CTAs than SMs: they could not all wait
 
 
 def test_whole_rounds_rule(monkeypatch):

@@ -15,11 +15,11 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['02cfbd0ce392a6583e58',
- '18f1306c579a9b6056a8',
- 'ae331d288b63eeae0e60',
- 'd5c2c2104f8da481ad70',
- 'e7f306ae1a4bab79ab1b']
+SOURCES = ['253ffbd3194060c46a87',
+           '4db157555025cc273747',
+           '994af25c6aaf50fc0c35',
+           'ca6094c6fac1db87ec93',
+           'ff0f5a27f255c373cb01']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
  'nvfp4': [0, 16, 'uint8', 127, 0, 'fp8_e4m3', 3, 7, False,
