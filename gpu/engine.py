@@ -31,7 +31,7 @@ from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
-           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "split_parts"]
+           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "STREAMK_IDLE", "split_parts"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -61,6 +61,12 @@ PARTS_REDUCE = True
 #: lost up to 6% (5120x10240 at M = 64, 3 parts: 24.0 -> 25.4 us; 8192x8192 at M = 256,
 #: 2 parts: 54.0 -> 56.0 us), so they keep the last arriver.
 PARTS_MIN = 4
+#: Fewer tiles than this fraction of the SMs, but more than half of them: stream-K over every
+#: SM rather than one whole tile per CTA (:func:`default_ctas`). Measured on the H100 (one
+#: process, graph replay): 5120x25600 (100 tiles of 256 rows) at M = 1..64, nvfp4 43.9 ->
+#: 37.2 us (+18%), NestedFP16 within 1%; at 112 tiles (4096x28672) nvfp4 gained 3-4% at
+#: M <= 16 and lost 1% at M = 64, NestedFP16 lost 5%, so 112 keeps whole tiles.
+STREAMK_IDLE = 0.8
 #: Smallest token tile with a hybrid instantiation (prebuilt and used): the tiles outnumber
 #: the SMs mostly at M > 64; below, only very wide layers (N >= 33792) would have rounds.
 HYB_MIN_BN = 128
@@ -194,9 +200,13 @@ def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int
       128 parts; of K = 14336, 2 MB, at 16-24 parts);
     * otherwise the largest divisor of ``tiles`` that is at most ``sms``, when it keeps at
       least 90% of the SMs busy (whole tiles per CTA: no partial sums), else one CTA per
-      SM (stream-K: the remainder spread over all SMs).
+      SM (stream-K: the remainder spread over all SMs);
+    * except that between half the SMs and :data:`STREAMK_IDLE` of them, where one whole
+      tile per CTA would leave more than 20% of the SMs idle, stream-K takes every SM.
     """
     sms = sms or sm_count()
+    if sms // tiles == 1 and tiles < STREAMK_IDLE * sms:  # whole tiles would idle > 20% of the SMs
+        return min(sms, units)
     if tiles < sms:
         parts = sms // tiles
         if tile_bytes and not split_parts(tiles, tiles * min(parts, units // tiles), sms=sms):

@@ -53,6 +53,8 @@ def test_default_ctas(monkeypatch):
     assert e.default_ctas(224, 224 * 64, sms=132) == 132  # 112 CTAs would idle 15%: stream-K
     assert e.default_ctas(190, 190 * 64, sms=132) == 132  # no divisor near 132: stream-K
     assert e.default_ctas(3, 5, sms=132) == 5  # capped by the work
+    assert e.default_ctas(100, 100 * 80, sms=132) == 132  # 100 CTAs would idle 24%: stream-K
+    assert e.default_ctas(112, 112 * 64, sms=132) == 112  # 15% idle: whole tiles
     # one tile: as many parts as SMs and k-blocks when the parts sum the tile together ...
     assert e.default_ctas(1, 64, sms=132, tile_bytes=256 * 4096 * 9 // 16) == 64
     assert e.default_ctas(1, 224, sms=132, tile_bytes=256 * 14336 * 9 // 16) == 132
