@@ -31,7 +31,8 @@ from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
-           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "STREAMK_IDLE", "split_parts"]
+           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
+           "PART_PARTS"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -174,16 +175,21 @@ def engine_source() -> str:
     return body.replace("MACTILE_GENERATED_WGMMA", wgmma_source(TOKEN_TILES))
 
 
-def engine_name(fmt: str, cfg: EngineConfig, hyb: int = 0) -> str:
-    """Kernel name expression of one instantiation (``hyb``: 1 with whole-tile rounds before
-    the stream-K stripes, :func:`whole_rounds`)."""
+#: Work partitions of the kernel (its ``PART`` template argument): stream-K stripes, whole-tile
+#: rounds before them (:func:`whole_rounds`), or equal parts summed together (:func:`split_parts`).
+PART_STRIPES, PART_HYBRID, PART_PARTS = 0, 1, 2
+
+
+def engine_name(fmt: str, cfg: EngineConfig, part: int = PART_STRIPES) -> str:
+    """Kernel name expression of one instantiation with work partition ``part``
+    (:data:`PART_STRIPES`, :data:`PART_HYBRID` or :data:`PART_PARTS`)."""
     return (f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}, "
-            f"{int(hyb)}>")
+            f"{int(part)}>")
 
 
-def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False, hyb: int = 0):
+def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False, part: int = PART_STRIPES):
     src = ("#define MT_ENGINE_TRACE 1\n" if traced else "") + engine_source()
-    return prebuilt.get_kernel(src, engine_name(fmt, cfg, hyb), max_dynamic_smem=smem_bytes(fmt, cfg))
+    return prebuilt.get_kernel(src, engine_name(fmt, cfg, part), max_dynamic_smem=smem_bytes(fmt, cfg))
 
 
 def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int | None = None) -> int:
@@ -289,7 +295,8 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     P = split_parts(tiles, C, NF)
     ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
     trace = _TRACE.get("buf")
-    fn = _kernel(fmt, cfg, traced=trace is not None, hyb=1 if NF else 0)
+    part = PART_PARTS if P else PART_HYBRID if NF else PART_STRIPES
+    fn = _kernel(fmt, cfg, traced=trace is not None, part=part)
     out_f32 = y.dtype == np.float32
     if trace is not None and trace.size < TRACE_SLOTS * C:
         raise ValueError(f"trace buffer holds {trace.size} stamps; this launch needs {TRACE_SLOTS * C}")
@@ -468,7 +475,16 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
     return uniq
 
 
+def prebuilt_names() -> list[str]:
+    """Every prebuilt engine kernel: each instance with stream-K stripes, with whole-tile
+    rounds from :data:`HYB_MIN_BN` tokens, and (the defaults and the tuning table's entries,
+    not the variants only a tuning sweep times) with parts summed together."""
+    names = {engine_name(f, c, PART_STRIPES) for f, c in instances()}
+    names |= {engine_name(f, c, PART_HYBRID) for f, c in instances() if c.bn >= HYB_MIN_BN}
+    names |= {engine_name(f, c, PART_PARTS) for f, c in instances(tuning=False)}
+    return sorted(names)
+
+
 def prebuilt_jobs():
     """``[(source, [names])]`` for :func:`mactile.gpu.prebuilt.build`."""
-    return [(engine_source(), sorted({engine_name(f, c, h) for f, c in instances() for h in (0, 1)
-                                      if not h or c.bn >= HYB_MIN_BN}))]
+    return [(engine_source(), prebuilt_names())]

@@ -269,23 +269,29 @@ __device__ __forceinline__ void engine_add_partial(float (&acc)[NACC], const flo
 
 // ------------------------------------------------------------------ epilogue
 // Tile `tile` is split into exactly P > 1 parts, one per CTA (CTAs tile*P .. tile*P + P-1,
-// every stripe inside one tile, so it is each CTA's only tile: the host passes P > 1 only
-// then, with every CTA resident at once). Called by engine_finish_tile once this CTA's FP32
-// sums are stored: the P CTAs wait for each other, and each gathers one P-th of the tile
+// every stripe inside one tile, so it is each CTA's only tile: the host launches the PART = 2
+// kernels only then, with every CTA resident at once). Called once this CTA's FP32 sums are
+// stored in its slot 2c: the P CTAs wait for each other, and each gathers one P-th of the tile
 // from every part into its pipeline buffers (free now: cp.async, all in flight at once),
 // sums it in part order (the same additions in the same order as the last arriver's:
 // bit-identical) and writes it. The last arriver alone reads P - 1 partial tiles; here each
 // CTA reads one tile's worth. The counter counts to 2P (arrivals, then departures).
+// Not inlined: inlined, its loops cost the 4-warpgroup kernels' k-loop its precomputed
+// shared-memory addresses (266 instructions per trip instead of 240 at 8 tokens, 4-5% of
+// the time at M = 1 and 16); a call leaves the k-loop as without it (243). What it needs is
+// a kernel parameter or recomputed (the tile is c / P, the buffers found again).
 template <int F, int BN, int STAGES, int WGS>
-__device__ __forceinline__ void engine_reduce_parts(int tile, int RTc, int P, uint8_t* stage_smem,
-                                                    const float* __restrict__ col_scale, void* __restrict__ y,
-                                                    const float* __restrict__ ws, int* __restrict__ counters, int M,
-                                                    int N, float out_scale, int out_f32) {
+__device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __restrict__ col_scale,
+                                                    void* __restrict__ y, const float* __restrict__ ws,
+                                                    int* __restrict__ counters, int M, int N, float out_scale,
+                                                    int out_f32) {
     using C = EngCfg<F, BN, STAGES, WGS>;
     constexpr int CT = C::CT, SLOT = CT * C::NACC, F4 = SLOT / 4;
     static_assert(SLOT * 4 <= STAGES * C::STAGE_BYTES, "a tile of partial sums fits the pipeline's buffers");
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* stage_smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // as the kernel's
     const int ct = threadIdx.x - 128;
-    const int c = blockIdx.x, c_first = tile * P;
+    const int c = blockIdx.x, tile = c / P, c_first = tile * P, RTc = RT / WGS;
     fence_proxy_async_smem();  // the buffers were last read by wgmma (async proxy); cp.async writes them
     // one release per CTA: the barrier orders every thread's stores before thread 0's fence
     named_sync(1, CT);
@@ -343,8 +349,7 @@ __device__ __forceinline__ void engine_reduce_parts(int tile, int RTc, int P, ui
 
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, int U,
-                                                   int U0, int n_ctas, int ubeg, int P, uint8_t* stage_smem,
-                                                   uint8_t* epi, int* s_flag,
+                                                   int U0, int n_ctas, int ubeg, uint8_t* epi, int* s_flag,
                                                    const float* __restrict__ col_scale, void* __restrict__ y,
                                                    float* __restrict__ ws, int* __restrict__ counters, int M,
                                                    int N, float out_scale, int out_f32) {
@@ -368,11 +373,6 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
 #pragma unroll
         for (int j = 0; j < NACC / 4; ++j)
             __stcg(mine + j * CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
-        if (P > 1) {  // the parts sum the tile together
-            engine_reduce_parts<F, BN, STAGES, WGS>(tile, RTc, P, stage_smem, col_scale, y, ws, counters, M, N,
-                                                    out_scale, out_f32);
-            return;
-        }
         __threadfence();
         named_sync(1, CT);
         if (ct == 0) {
@@ -485,14 +485,17 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
 }
 
 // ------------------------------------------------------------------ the kernel
-// HYB 1: NF rounds of whole tiles before the stripes (hybrid stream-K); HYB 0: stripes only
-// (NF ignored; the loops of the stripes alone, which measured 2-8% faster than the hybrid
-// loops with NF = 0).
+// PART, the work partition: 0, stripes only (stream-K; NF and P ignored); 1, NF rounds of
+// whole tiles before the stripes (hybrid stream-K); 2, P >= 2 parts of every tile, one stripe
+// per CTA, summed by all P together (engine_reduce_parts). Separate instantiations: the
+// loops of the stripes alone measured 2-8% faster than the hybrid loops with NF = 0, and the
+// parts' finish in the same kernel as the last arriver's cost the k-loop of the 4-warpgroup
+// kernels 10% more instructions (address arithmetic; 4-5% of the time at M = 1 and 16).
 // SCHED 0 (interleaved): one wgmma per k-step, the next k-step decoded while it runs (few A
 // registers: for wide token tiles). SCHED 1 (batched): the whole next stage decoded while
 // the current stage's wgmmas run (two register sets of A; more independent work per warp:
 // for narrow token tiles, where the decode dominates).
-template <int F, int BN, int STAGES, int WGS, int SCHED, int HYB>
+template <int F, int BN, int STAGES, int WGS, int SCHED, int PART>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16 or e4m3)
             const __grid_constant__ TensorMap tm_a0,  // A_PLANES: upper plane; A_SMEM: A
@@ -522,12 +525,12 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     const int c = blockIdx.x;
     // NF rounds of whole tiles, then this CTA's stripe of units U0..U-1 (host: NF = 0, or the
     // remaining units >= n_ctas, so that every stripe is non-empty)
-    const int U0 = HYB ? NF * n_ctas * KU : 0;
+    const int U0 = PART == 1 ? NF * n_ctas * KU : 0;
     const int ubeg = U0 + stripe_begin(c, U - U0, n_ctas), uend = U0 + stripe_begin(c + 1, U - U0, n_ctas);
     const int tile_beg = ubeg / KU, tile_end = (uend - 1) / KU;  // of the stripe
     const int kb_beg = ubeg - tile_beg * KU;     // first k-block of tile_beg
     const int kb_last = uend - 1 - tile_end * KU;  // last k-block of tile_end
-    const int nseg = (HYB ? NF : 0) + (ubeg < uend ? tile_end - tile_beg + 1 : 0);  // tiles this CTA works on
+    const int nseg = (PART == 1 ? NF : 0) + (ubeg < uend ? tile_end - tile_beg + 1 : 0);  // tiles this CTA works on
     // segment i < nseg: (tile, first and last k-block)
     auto segment = [&](int i, int& tile, int& k_lo, int& k_hi) {
         if (i < NF) {
@@ -609,7 +612,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
             };
-            if constexpr (HYB) {
+            if constexpr (PART == 1) {
 #pragma unroll 1
                 for (int i = 0; i < nseg; ++i) {
                     int tile, k_lo, k_hi;
@@ -782,10 +785,19 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));  // the tile's last stage
         }
         MT_TRACE(TR_MAIN_END, ct == 0 && last, globaltimer());
-        engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, U0, n_ctas, ubeg, P, smem, epi, s_flag,
-                                               col_scale, y, ws, counters, M, N, out_scale, out_f32);
+        if constexpr (PART == 2) {  // this CTA's only tile, one of its P parts
+            constexpr int SLOT = C::CT * NACC;
+            float4* mine = reinterpret_cast<float4*>(ws + (size_t)(2 * c) * SLOT) + ct;
+#pragma unroll
+            for (int j = 0; j < NACC / 4; ++j)
+                __stcg(mine + j * C::CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+            engine_reduce_parts<F, BN, STAGES, WGS>(RT, P, col_scale, y, ws, counters, M, N, out_scale, out_f32);
+        } else {
+            engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, U0, n_ctas, ubeg, epi, s_flag, col_scale, y,
+                                                   ws, counters, M, N, out_scale, out_f32);
+        }
     };
-    if constexpr (HYB) {
+    if constexpr (PART == 1) {
         // i < nseg, without keeping nseg live (the 4-warpgroup kernels are at their register limit)
 #pragma unroll 1
         for (int i = 0; i < NF || (ubeg < uend && i - NF <= (uend - 1) / KU - ubeg / KU); ++i) {
