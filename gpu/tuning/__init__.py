@@ -1,8 +1,10 @@
 """Measured per-device tuning tables of mactile.gpu (one JSON file per device kind).
 
-``<device>.json`` holds, per weight format, shape ``(K, N)`` and token count ``M``, the
-GEMM-engine configuration that won a timed sweep (``mactile bench gpu --tune``), and the
-measured crossover of the small-M kernels. :func:`engine_choice` looks up the entry of the
+``<device>.json`` holds the measured crossover of the small-M kernels (written by
+``mactile bench gpu``, its ``_tuning.json``) and may hold, per weight format, shape ``(K, N)``
+and token count ``M``, an ``engine`` entry: a GEMM-engine configuration that beat the default
+in a timed sweep (``benchmarks/engine_trial.py --alts``; entries are added by hand, and the
+shipped tables have none: the alternatives were within the run-to-run spread). :func:`engine_choice` looks up the entry of the
 nearest measured shape (log distance in N and K) and the smallest measured M at or above the
 request; without a table the engine's default (:func:`mactile.gpu.engine.config_for`) is used.
 """
