@@ -31,7 +31,8 @@ from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
-           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
+           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
+           "SMALL_LAYER_BYTES_256", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
            "PART_PARTS"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
@@ -147,14 +148,27 @@ def max_stages(fmt: str, bn: int, wgs: int = 2, cap: int = 12) -> int:
     return s
 
 
-def config_for(fmt: str, M: int) -> EngineConfig:
+#: Small layers (weight bytes at most these) take other FP4 defaults (:func:`config_for`):
+#: two consumer warpgroups at 64 tokens, 128-token tiles instead of 256. Measured on the H100
+#: (nvfp4, one process, nine shapes): at M = 64 two warpgroups took 4096x4096 (9.4 MB) from
+#: 12.3 to 11.3 us, 8192x5120 and 14336x4096 2-4% less, and cost the layers of 66-74 MB 4-5%;
+#: at M = 256 128-token tiles took 4096x4096 from 25.3 to 21.2 us, 4096x6144 (14 MB) 32.3 to
+#: 29.3, and cost 6-17% from 29.5 MB up (a second token tile decodes the weights again).
+SMALL_LAYER_BYTES_64 = 48 << 20
+SMALL_LAYER_BYTES_256 = 16 << 20
+
+
+def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
     most; 128 for formats with a per-stage FP32 promotion, which keeps two accumulator
     tiles), the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
     decode's latency) for tiles of at most 64 tokens (32 for NestedFP8's promotion tile, 16
     for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps of
     A plus the promotion tile), two above; the batched schedule up to 32 tokens (16 for
-    razer-g128), interleaved above (registers)."""
+    razer-g128), interleaved above (registers). With ``nbytes`` (the layer's weight bytes),
+    the FP4 formats without promotion take two warpgroups at 64 tokens up to
+    :data:`SMALL_LAYER_BYTES_64` and 128-token tiles for M > 128 up to
+    :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer over the SMs)."""
     tr = engine_traits(fmt)
     cap = 128 if tr["PROMOTE"] else 256
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
@@ -162,7 +176,12 @@ def config_for(fmt: str, M: int) -> EngineConfig:
     wide_a = tr["PROMOTE"] and tr["A_SRC"] == "A_FRAG"  # razer-g128: 8 k-steps of A per stage
     # the widest token tile at which four warpgroups still fit their registers (<= 96)
     wgs4_max = 0 if wide_a else 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
+    small_fp4 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and not tr["PROMOTE"]
+    if small_fp4 and bn == 256 and nbytes <= SMALL_LAYER_BYTES_256:
+        bn = 128
     wgs = 4 if bn <= wgs4_max else 2
+    if small_fp4 and bn == 64 and nbytes <= SMALL_LAYER_BYTES_64:
+        wgs = 2
     sched = 1 if bn <= (16 if wide_a else 32) else 0
     return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
 
@@ -356,7 +375,7 @@ def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.f
     if pw.K % 8:
         raise ValueError(f"K = {pw.K}: the activation tensor map needs rows of a multiple of 16 bytes")
     M = int(x.shape[0])
-    cfg = cfg or config_for(fmt, M)
+    cfg = cfg or config_for(fmt, M, pw.nbytes("frag"))
     lay = pw.layout("frag")
     y = _out(M, pw.N, out, out_dtype)
     RT = int(lay["codes"].shape[0])
@@ -463,6 +482,7 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
         for bn in TOKEN_TILES:
             if bn <= cap:
                 out.append((fmt, config_for(fmt, bn)))
+                out.append((fmt, config_for(fmt, bn, nbytes=0)))  # a small layer's
                 if tuning and fmt in ("nvfp4", "nestedfp16", "nestedfp8"):
                     out += [(fmt, c) for c in _variants(fmt, bn)]
     out += engine_table_configs()

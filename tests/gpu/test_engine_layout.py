@@ -69,6 +69,21 @@ def test_default_ctas(monkeypatch):
     assert e.use_pdl(1) and e.use_pdl(e.PDL_MAX_M) and not e.use_pdl(e.PDL_MAX_M + 1)
 
 
+def test_small_layer_defaults():
+    """FP4 formats without promotion: two warpgroups at 64 tokens up to 48 MB of weights,
+    128-token tiles above 128 tokens up to 16 MB; the others and large layers unchanged."""
+    mb = 1 << 20
+    assert e.config_for("nvfp4", 64).wgs == 4 and e.config_for("nvfp4", 64, 100 * mb).wgs == 4
+    assert e.config_for("nvfp4", 64, 9 * mb).wgs == 2 and e.config_for("mxfp4", 40, 48 * mb).wgs == 2
+    assert e.config_for("nvfp4", 256).bn == 256 and e.config_for("razer", 512, 17 * mb).bn == 256
+    assert e.config_for("nvfp4", 256, 9 * mb).bn == 128 and e.config_for("nvfp4", 4096, 16 * mb).bn == 128
+    assert e.config_for("nvfp4", 16, 1 * mb) == e.config_for("nvfp4", 16)
+    for f in ("razer-g128", "nestedfp16", "nestedfp8"):
+        for M in (64, 256):
+            assert e.config_for(f, M, 1 * mb) == e.config_for(f, M)
+    assert all(e.smem_bytes(f, c) <= e.SMEM_LIMIT for f, c in e.instances())
+
+
 def test_engine_choice():
     t = {"engine": [{"format": "nvfp4", "K": 4096, "N": 4096, "M": 16, "config": [16, 12, 4, 0, 1]},
                     {"format": "nvfp4", "K": 4096, "N": 4096, "M": 256, "config": [256, 5, 2, 0, 0]},
@@ -87,8 +102,8 @@ def test_default_instances_compile_without_spills():
     """The default configuration of every format and token tile: no local memory, no
     serialised-wgmma warning (C7512/C7513/C7515/C7517)."""
     from mactile.gpu.runtime import nvcc_check
-    names = sorted({e.engine_name(f, e.config_for(f, bn), h) for f in ENGINE_FORMATS for bn in (8, 16, 64, 128)
-                    for h in (0, 1, 2) if h != 1 or bn >= e.HYB_MIN_BN
+    names = sorted({e.engine_name(f, e.config_for(f, bn, nb), h) for f in ENGINE_FORMATS for bn in (8, 16, 64, 128)
+                    for nb in (None, 0) for h in (0, 1, 2) if h != 1 or bn >= e.HYB_MIN_BN
                     if not (bn > 128 and engine_traits(f)["PROMOTE"])})
     keep = ",\n".join(f"  (void*)&{n}" for n in names)
     rep = nvcc_check(e.engine_source() + "\nnamespace { void* keep_[] = {\n" + keep + "\n}; }\n",
