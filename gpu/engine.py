@@ -148,12 +148,16 @@ def max_stages(fmt: str, bn: int, wgs: int = 2, cap: int = 12) -> int:
     return s
 
 
-#: Small layers (weight bytes at most these) take other FP4 defaults (:func:`config_for`):
-#: two consumer warpgroups at 64 tokens, 128-token tiles instead of 256. Measured on the H100
-#: (nvfp4, one process, nine shapes): at M = 64 two warpgroups took 4096x4096 (9.4 MB) from
-#: 12.3 to 11.3 us, 8192x5120 and 14336x4096 2-4% less, and cost the layers of 66-74 MB 4-5%;
-#: at M = 256 128-token tiles took 4096x4096 from 25.3 to 21.2 us, 4096x6144 (14 MB) 32.3 to
-#: 29.3, and cost 6-17% from 29.5 MB up (a second token tile decodes the weights again).
+#: Small layers (weight bytes at most these) take other nvfp4/mxfp4 defaults
+#: (:func:`config_for`): two consumer warpgroups at 64 tokens, 128-token tiles instead of 256
+#: at M <= 256. Measured on the H100 (nvfp4, one process, nine shapes): at M = 64 two
+#: warpgroups took 4096x4096 (9.4 MB) from 12.3 to 11.3 us, 8192x5120 and 14336x4096 2-4%
+#: less, and cost the layers of 66-74 MB 4-5%; at M = 256 128-token tiles took 4096x4096
+#: from 25.3 to 21.2 us, 4096x6144 (14 MB) 32.3 to 29.3, and cost 6-17% from 29.5 MB up (a
+#: second token tile decodes the weights again). In the benchmark that followed, the same
+#: choices cost razer (its lookup decode needs the four warpgroups) 5-9% on 4096x6144 and
+#: 8192x5120, and 128-token tiles at M >= 512 cost 4096x4096 and 4096x6144 20-50%: hence
+#: the bit-placement formats only, and M <= 256.
 SMALL_LAYER_BYTES_64 = 48 << 20
 SMALL_LAYER_BYTES_256 = 16 << 20
 
@@ -166,8 +170,8 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps of
     A plus the promotion tile), two above; the batched schedule up to 32 tokens (16 for
     razer-g128), interleaved above (registers). With ``nbytes`` (the layer's weight bytes),
-    the FP4 formats without promotion take two warpgroups at 64 tokens up to
-    :data:`SMALL_LAYER_BYTES_64` and 128-token tiles for M > 128 up to
+    the bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
+    :data:`SMALL_LAYER_BYTES_64` and 128-token tiles for 128 < M <= 256 up to
     :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer over the SMs)."""
     tr = engine_traits(fmt)
     cap = 128 if tr["PROMOTE"] else 256
@@ -176,8 +180,8 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     wide_a = tr["PROMOTE"] and tr["A_SRC"] == "A_FRAG"  # razer-g128: 8 k-steps of A per stage
     # the widest token tile at which four warpgroups still fit their registers (<= 96)
     wgs4_max = 0 if wide_a else 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
-    small_fp4 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and not tr["PROMOTE"]
-    if small_fp4 and bn == 256 and nbytes <= SMALL_LAYER_BYTES_256:
+    small_fp4 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and tr["BP"]
+    if small_fp4 and bn == 256 and M <= 256 and nbytes <= SMALL_LAYER_BYTES_256:
         bn = 128
     wgs = 4 if bn <= wgs4_max else 2
     if small_fp4 and bn == 64 and nbytes <= SMALL_LAYER_BYTES_64:

@@ -70,15 +70,16 @@ def test_default_ctas(monkeypatch):
 
 
 def test_small_layer_defaults():
-    """FP4 formats without promotion: two warpgroups at 64 tokens up to 48 MB of weights,
-    128-token tiles above 128 tokens up to 16 MB; the others and large layers unchanged."""
+    """nvfp4 and mxfp4: two warpgroups at 64 tokens up to 48 MB of weights, 128-token tiles
+    at 128 < M <= 256 up to 16 MB; the other formats, larger M and large layers unchanged."""
     mb = 1 << 20
     assert e.config_for("nvfp4", 64).wgs == 4 and e.config_for("nvfp4", 64, 100 * mb).wgs == 4
     assert e.config_for("nvfp4", 64, 9 * mb).wgs == 2 and e.config_for("mxfp4", 40, 48 * mb).wgs == 2
-    assert e.config_for("nvfp4", 256).bn == 256 and e.config_for("razer", 512, 17 * mb).bn == 256
-    assert e.config_for("nvfp4", 256, 9 * mb).bn == 128 and e.config_for("nvfp4", 4096, 16 * mb).bn == 128
+    assert e.config_for("nvfp4", 256).bn == 256 and e.config_for("nvfp4", 200, 17 * mb).bn == 256
+    assert e.config_for("nvfp4", 256, 9 * mb).bn == 128 and e.config_for("mxfp4", 129, 16 * mb).bn == 128
+    assert e.config_for("nvfp4", 512, 9 * mb).bn == 256 and e.config_for("nvfp4", 4096, 1 * mb).bn == 256
     assert e.config_for("nvfp4", 16, 1 * mb) == e.config_for("nvfp4", 16)
-    for f in ("razer-g128", "nestedfp16", "nestedfp8"):
+    for f in ("razer", "razer-g128", "nestedfp16", "nestedfp8"):
         for M in (64, 256):
             assert e.config_for(f, M, 1 * mb) == e.config_for(f, M)
     assert all(e.smem_bytes(f, c) <= e.SMEM_LIMIT for f, c in e.instances())
