@@ -347,6 +347,10 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
     }
 }
 
+// Tile `tile` of this CTA is done: write it (sole owner), or store this CTA's FP32 sums and,
+// if last to arrive, add every contributor's sums in stripe order and write. The sum is
+// formed in the same order whoever arrives last: (((p_first + p_2) + ...) + p_last), the
+// last arriver inserting its own sums (still in registers) at their place.
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int tile, int RTc, int KU, int U,
                                                    int U0, int n_ctas, int ubeg, uint8_t* epi, int* s_flag,
