@@ -177,7 +177,7 @@ def test_deterministic_and_graph_replay(rng, monkeypatch):
 def test_parts_reduce_equals_last_arriver(M, rng, monkeypatch):
     """A split tile summed by all its CTAs (engine_reduce_parts) has the bits of the last
     arriver's sum: FP16 and FP32 outputs, nvfp4 and NestedFP8 (per-token output scales), a
-    ragged N, every CTA count that splits the tiles evenly."""
+    ragged N, 2, 3 and 5 parts per tile."""
     from mactile.gpu.nestedfp.kernels import NestedFPLinear
     cp = cupy()
     e = _engine()
