@@ -3,8 +3,9 @@
 * FP4 weights (:class:`~mactile.gpu.packing.PackedW4A16`: nvfp4, mxfp4, razer, razer-g128)
   run on the GEMM engine (:mod:`mactile.gpu.engine`) with the configuration of the device's
   tuning table's ``engine`` entries (``gpu/tuning/<device>.json``; the entry of the nearest
-  measured shape and the smallest measured M >= the request) or the engine's default; for M <= 8 the CUDA-core GEMV (``rowmajor`` layout) when the table
-  measured it faster on the nearest shape.
+  measured shape and the smallest measured M >= the request) or the engine's default; for
+  M <= 8 the CUDA-core GEMV (``rowmajor`` layout) when the table measured it faster on the
+  nearest shape.
 * NestedFP layers (:class:`~mactile.gpu.nestedfp.NestedFPLinear`) in ``mode='fp16'`` or
   ``'fp8'``: the streaming kernels for M <= 8, the engine above.
 * FlexQ layers (:class:`~mactile.gpu.flexq.FlexQLinear`): W6A6/W6A8 on binary tensor cores.

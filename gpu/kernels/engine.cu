@@ -245,6 +245,15 @@ __device__ __forceinline__ float engine_scale_f32(u32 code) {
 // k-block) sequence, tile-major: equal stripes of units U0..U-1 (Marlin/stream-K):
 // stripe_begin / stripe_owner of fp4_common.cuh (U < 2^31, checked on the host).
 
+// This thread's accumulators into a partial-sum slot [NACC/4][CT] float4 (coalesced, L2).
+template <int CT, int NACC>
+__device__ __forceinline__ void engine_store_partial(const float (&acc)[NACC], float* slot, int ct) {
+    float4* mine = reinterpret_cast<float4*>(slot) + ct;
+#pragma unroll
+    for (int j = 0; j < NACC / 4; ++j)
+        __stcg(mine + j * CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+}
+
 // acc[i] = p[i] + acc[i] for a partial-sum slot [NACC/4][CT] float4 (the loads of a chunk
 // of 16 float4 in flight together).
 template <int CT, int NACC>
@@ -373,10 +382,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         // partial sums as float4 [slot][NACC/4][CT] (coalesced); slot 2c: the tile is the first
         // of c's stripe, 2c+1: its last. Every later contributor's stripe begins in the tile.
         constexpr int SLOT = CT * NACC;
-        float4* mine = reinterpret_cast<float4*>(ws + (size_t)(2 * c + (ubeg / KU == tile ? 0 : 1)) * SLOT) + ct;
-#pragma unroll
-        for (int j = 0; j < NACC / 4; ++j)
-            __stcg(mine + j * CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+        engine_store_partial<CT, NACC>(acc, ws + (size_t)(2 * c + (ubeg / KU == tile ? 0 : 1)) * SLOT, ct);
         __threadfence();
         named_sync(1, CT);
         if (ct == 0) {
@@ -790,11 +796,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         }
         MT_TRACE(TR_MAIN_END, ct == 0 && last, globaltimer());
         if constexpr (PART == 2) {  // this CTA's only tile, one of its P parts
-            constexpr int SLOT = C::CT * NACC;
-            float4* mine = reinterpret_cast<float4*>(ws + (size_t)(2 * c) * SLOT) + ct;
-#pragma unroll
-            for (int j = 0; j < NACC / 4; ++j)
-                __stcg(mine + j * C::CT, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+            engine_store_partial<C::CT, NACC>(acc, ws + (size_t)(2 * c) * C::CT * NACC, ct);
             engine_reduce_parts<F, BN, STAGES, WGS>(RT, P, col_scale, y, ws, counters, M, N, out_scale, out_f32);
         } else {
             engine_finish_tile<F, BN, STAGES, WGS>(acc, tile, RTc, KU, U, U0, n_ctas, ubeg, epi, s_flag, col_scale, y,

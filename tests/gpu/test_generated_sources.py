@@ -17,8 +17,8 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['253ffbd3194060c46a87',
            '4db157555025cc273747',
-           'c9a252fd7c7364d5f0c5',
            'ca6094c6fac1db87ec93',
+           'd92cff4a3b93a8fcff9c',
            'ff0f5a27f255c373cb01']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],

@@ -276,11 +276,11 @@ def test_killed_sweep_resumes_where_it_stopped(tools, tmp_path):
                                                      "sweep.sqlite"]
 
 
-@pytest.mark.synth
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.synth
 def test_interrupted_sweep_exits_cleanly(tools, tmp_path):
     """SIGINT (Ctrl-C) while jobs run: exit 130, the finished jobs kept, no temporary
     file left in the output folder, no half entry in the cache."""
