@@ -95,10 +95,19 @@ struct EngCfg {
 
 // ------------------------------------------------------------------ A_FRAG decode
 // Bit-placement decode of one frag word: f16x2 A register with values v * 2^-14.
+// rotl(w, R) & MASK is (w << R) & MASK when no bit of MASK lies below R (none of its bits
+// wraps around): a plain left shift, which ptxas may issue on the FMA pipe (IMAD.SHL)
+// instead of the integer pipe's funnel shift, where the rest of the decode's work is.
+template <int R, u32 MASK>
+__device__ __forceinline__ u32 rot_masked(u32 w) {
+    if constexpr (R == 0) return w & MASK;
+    else if constexpr ((MASK & ((1u << R) - 1u)) == 0) return (w << R) & MASK;
+    else return rotl(w, R) & MASK;
+}
 template <int M_, int S_>
 __device__ __forceinline__ u32 bp_reg(u32 w) {
-    if constexpr (M_ == S_) return rotl(w, M_) & (BP_MAG_MASK | BP_SIGN_MASK);
-    else return (rotl(w, M_) & BP_MAG_MASK) | (rotl(w, S_) & BP_SIGN_MASK);
+    if constexpr (M_ == S_) return rot_masked<M_, BP_MAG_MASK | BP_SIGN_MASK>(w);
+    else return rot_masked<M_, BP_MAG_MASK>(w) | rot_masked<S_, BP_SIGN_MASK>(w);
 }
 __device__ __forceinline__ __half2 u2h(u32 v) { return *reinterpret_cast<__half2*>(&v); }
 __device__ __forceinline__ u32 h2u(__half2 v) { return *reinterpret_cast<u32*>(&v); }
@@ -166,18 +175,17 @@ __device__ __forceinline__ u32 sw64_offset(int row, int chunk) {
 // Shared-memory loads of this thread's fragment sources for stage s (A_FRAG: the code words
 // of every k-step and the block-scale codes of rows g and g+8).
 template <int F, int BN, int STAGES, int WGS>
-__device__ __forceinline__ void engine_load(const uint8_t* smem, int s, int cw, int wi, int lane,
+__device__ __forceinline__ void engine_load(u32 sbase, int s, int cw, int wi, int lane,
                                             uint4 (&wv)[EngineFmt<F>::A_SRC == A_FRAG ? EngineFmt<F>::BK / 64 : 1],
                                             u64& sc) {
     using C = EngCfg<F, BN, STAGES, WGS>;
     if constexpr (EngineFmt<F>::A_SRC == A_FRAG) {
-        const uint8_t* aw = smem + s * C::STAGE_BYTES + C::B_BYTES + cw * C::FRAG_WG;
+        const u32 aw = sbase + s * C::STAGE_BYTES + C::B_BYTES + cw * C::FRAG_WG;
 #pragma unroll
-        for (int q = 0; q < C::BK / 64; ++q)
-            wv[q] = *reinterpret_cast<const uint4*>(aw + q * 2048 + (wi * 32 + lane) * 16);
-        const uint8_t* sp = aw + C::FRAG_CODE + (wi * 8 + (lane >> 2)) * C::SC_T;
-        if constexpr (C::SC_T == 8) sc = *reinterpret_cast<const u64*>(sp);
-        else sc = *reinterpret_cast<const u32*>(sp);
+        for (int q = 0; q < C::BK / 64; ++q) wv[q] = lds128(aw + q * 2048 + (wi * 32 + lane) * 16);
+        const u32 sp = aw + C::FRAG_CODE + (wi * 8 + (lane >> 2)) * C::SC_T;
+        if constexpr (C::SC_T == 8) sc = lds64(sp);
+        else sc = lds32(sp);
     }
 }
 
@@ -664,7 +672,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         // tile prologue: no wgmma in flight
         mbar_wait(bar_full + 8 * s, phase);
         MT_TRACE(TR_FIRST_DATA, ct == 0 && first, globaltimer());
-        engine_load<F, BN, STAGES, WGS>(smem, s, cw, wi, lane, wv, sc);
+        engine_load<F, BN, STAGES, WGS>(sbase, s, cw, wi, lane, wv, sc);
         if constexpr (BATCH) {
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks)
@@ -674,6 +682,8 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         }
         if constexpr (BATCH) {
             // ------------------------------------------------ batched: two k-blocks per trip
+            u32 bar_prev = 0;  // the empty barrier of the stage before this one (tracked: cheaper
+                               // in the k-loop than recomputing it from s)
 #pragma unroll 1
             for (int kb0 = k_lo; kb0 <= k_hi; kb0 += 2) {
 #pragma unroll
@@ -700,12 +710,13 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         wgmma_wait<1>();
                         if (kb > k_lo) {  // the previous stage's group has retired: release it
                             __syncwarp();
-                            if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));
+                            if (lane == 0) mbar_arrive(bar_prev);
                         }
+                        bar_prev = bar_empty + 8 * s;
                     }
                     if (more) {
                         mbar_wait(bar_full + 8 * s_next, ph_next);
-                        engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+                        engine_load<F, BN, STAGES, WGS>(sbase, s_next, cw, wi, lane, wv, sc);
 #pragma unroll
                         for (int ks = 0; ks < KS; ++ks)
                             engine_decode<F, BN, STAGES, WGS>(a[1 - p], ks, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
@@ -730,6 +741,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             }
         } else {
             // ------------------------------------------------ interleaved
+            u32 bar_prev = 0;  // the empty barrier of the stage before this one
 #pragma unroll 1
             for (int kb = k_lo; kb <= k_hi; ++kb) {
                 const u32 sb = sbase + s * C::STAGE_BYTES;
@@ -767,7 +779,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
                         if (more) {
                             mbar_wait(bar_full + 8 * s_next, ph_next);
-                            engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+                            engine_load<F, BN, STAGES, WGS>(sbase, s_next, cw, wi, lane, wv, sc);
                             engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
                         }
                     } else {
@@ -775,11 +787,12 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         // every wgmma of the previous stage has retired: release it
                         if (kb > k_lo) {
                             __syncwarp();
-                            if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));
+                            if (lane == 0) mbar_arrive(bar_prev);
                         }
+                        bar_prev = bar_empty + 8 * s;
                         if (more) {
                             mbar_wait(bar_full + 8 * s_next, ph_next);
-                            engine_load<F, BN, STAGES, WGS>(smem, s_next, cw, wi, lane, wv, sc);
+                            engine_load<F, BN, STAGES, WGS>(sbase, s_next, cw, wi, lane, wv, sc);
                             engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
                         }
                     }

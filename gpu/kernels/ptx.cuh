@@ -34,6 +34,23 @@ __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     return d;
 }
 __device__ __forceinline__ u32 rotl(u32 w, int r) { return r ? __funnelshift_l(w, w, r) : w; }
+// Shared-memory loads at a 32-bit shared address (no generic-to-shared conversion per use).
+// volatile: ordered after the mbarrier wait that makes the data visible.
+__device__ __forceinline__ uint4 lds128(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ u64 lds64(u32 addr) {
+    u64 v;
+    asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ u32 lds32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
 
 // ------------------------------------------------------------------ f16x2 arithmetic on u32
 __device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {

@@ -1,8 +1,8 @@
 """The generated CUDA texts stay byte-identical to those the prebuilt cubins were verified
 with on the GPU (CPU-only: headers recorded from main at 827e50f, before the kernel
 constants were derived from golden/storage.py; source digests those of the cubins of the
-last GPU run, c4348f2 on an H100 on 2026-11-26: 535 passed, 21 skipped; since then one
-comment in w4a4.cu, whose SASS under nvcc is identical). A change here needs a new GPU run."""
+engine's shift decode and 32-bit shared loads, run on an H100 on 2026-11-26). A change here
+needs a new GPU run."""
 import hashlib
 
 import pytest
@@ -15,11 +15,11 @@ HEADERS = {'engine_traits_header': '35bcf55bae0b6e505019746ca726eae394e3e4b5d05e
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['253ffbd3194060c46a87',
-           '4db157555025cc273747',
-           'ca6094c6fac1db87ec93',
-           'd92cff4a3b93a8fcff9c',
-           'ff0f5a27f255c373cb01']
+SOURCES = ['28809f05c0da33512cf1',
+           '2c4553b647e144e37f4a',
+           '588ff93d1dfcea9897ea',
+           '887d6140b13a90362c1d',
+           'd53fd1d8cd8db2b5d8f5']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
  'nvfp4': [0, 16, 'uint8', 127, 0, 'fp8_e4m3', 3, 7, False,
