@@ -4,9 +4,10 @@ the one build module of every kernel family.
 NVRTC compiles of the large unrolled instantiations take seconds each, and on a lent GPU
 every second counts. ``python -m mactile.gpu.prebuilt OUTDIR`` compiles the
 instantiations that the tests and benchmarks use with the local ``nvcc`` (sm_90a) into
-``OUTDIR/<digest>.cubin`` plus a name map; :func:`get_kernel` loads from there when the
-environment variable ``MACTILE_CUBIN_DIR`` names that folder and the source digest (source
-text + NVRTC options) matches, and otherwise compiles the same source with NVRTC through
+chunk files ``OUTDIR/<digest>-<chunk>-<names hash>.cubin`` plus a name map
+``OUTDIR/<digest>.json``; :func:`get_kernel` loads from there when the environment
+variable ``MACTILE_CUBIN_DIR`` names that folder and the source digest (source text +
+NVRTC options) matches, and otherwise compiles the same source with NVRTC through
 :func:`mactile.gpu.runtime.compile_module`. Either way the kernel is the same source.
 """
 from __future__ import annotations
@@ -100,14 +101,24 @@ def build(jobs, outdir, *, workers: int = 2, chunk: int = 6) -> list[Path]:
         names = sorted(set(names))
         dg = digest(source)
         for i in range(0, len(names), chunk):
-            tasks.append((dg, source, names[i:i + chunk], out / f"{dg}-{i // chunk}.cubin"))
+            part = names[i:i + chunk]
+            # the chunk's names are part of its file name: a cubin is reused only for the same
+            # source and the same kernels (a changed name list once met an old chunk file)
+            nh = hashlib.sha256("\n".join(part).encode()).hexdigest()[:8]
+            tasks.append((dg, source, part, out / f"{dg}-{i // chunk}-{nh}.cubin"))
     tables: dict[str, dict] = {}
     with ThreadPoolExecutor(workers) as ex:
         futs = [(dg, ex.submit(_compile_chunk, nvcc, src, nm, cb)) for dg, src, nm, cb in tasks]
         for dg, f in futs:
             tables.setdefault(dg, {}).update(f.result())
+    keep = {t[3].name for t in tasks}
     for dg, t in tables.items():
-        (out / f"{dg}.json").write_text(json.dumps(t, indent=0))
+        tmp = out / f"{dg}.json.tmp"
+        tmp.write_text(json.dumps(t, indent=0))
+        os.replace(tmp, out / f"{dg}.json")
+        for old in out.glob(f"{dg}-*.cubin"):  # chunks of this source no table names any more
+            if old.name not in keep:
+                old.unlink()
     return [t[3] for t in tasks]
 
 
