@@ -40,8 +40,9 @@ merged by one LOP3) lands them; :data:`BP_ROTATIONS` is the cheapest such layout
 instructions per 8 codes, found by exhaustive search over all rotation pairs; no layout
 needs fewer, since no four rotations of the FP16 pattern tile 32 bits). The kernel writes a
 rotation whose masked bits do not wrap around as a left shift (``(w << r) & mask``, the same
-bits), which ptxas issues on the FMA pipe (IMAD.SHL) instead of the integer pipe: with these
-rotations 7 of the 11 instructions stay on the integer pipe. The FP16 scale
+bits), which ptxas may issue on the FMA pipe (IMAD.SHL) instead of the integer pipe: 4 of the
+5 shifts of these rotations qualify (in the 8-token kernel ptxas made 27 of its 32 per k-loop
+trip IMAD.SHL). The FP16 scale
 ``s * 2**BP_SCALE_LOG2`` multiplies it (one HMUL2 per two codes, exact), and the kernel's
 output scale carries the remaining power of two.
 """

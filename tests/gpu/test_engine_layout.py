@@ -83,6 +83,10 @@ def test_small_layer_defaults():
         for M in (64, 256):
             assert e.config_for(f, M, 1 * mb) == e.config_for(f, M)
     assert all(e.smem_bytes(f, c) <= e.SMEM_LIMIT for f, c in e.instances())
+    # the batched schedule at 64 tokens for nvfp4/mxfp4 with two warpgroups only
+    assert e.config_for("nvfp4", 64, 9 * mb).schedule == 1 and e.config_for("mxfp4", 64, 9 * mb).schedule == 1
+    assert e.config_for("nvfp4", 64).schedule == 0 and e.config_for("razer", 64, 9 * mb).schedule == 0
+    assert e.config_for("nvfp4", 128, 9 * mb).schedule == 0
 
 
 def test_engine_choice():
