@@ -10,7 +10,9 @@ error is FP32 accumulation, the final scaling and the output rounding. The bound
 
 ``K/8 + 64`` exceeds the longest accumulation chain of any of the kernels (the
 tensor-core kernel adds K/32 mma results per warp; a CUDA-core lane adds K/32 products
-per row; then the 32-lane, two-warp and cross-CTA reductions), and ``2**-23`` instead of
+per row; then the 32-lane, two-warp and cross-CTA reductions; the GEMM engine adds K/16
+wgmma results, and for razer-g128 about three more roundings per 128 of K, where its
+accumulators move from one block scale's units to the next), and ``2**-23`` instead of
 ``2**-24`` allows for the tensor cores' truncating internal accumulation. A single wrong
 weight or activation typically moves ``y`` by ``|x_k w_k| ~ sum|x w| / K``, well above
 the bound for the K used in the tests (e.g. 2.4e-4 vs 7e-5 of ``sum|x w|`` at K = 4096).

@@ -157,7 +157,9 @@ def max_stages(fmt: str, bn: int, wgs: int = 2, cap: int = 12) -> int:
 #: second token tile decodes the weights again). In the benchmark that followed, the same
 #: choices cost razer (its lookup decode needs the four warpgroups) 5-9% on 4096x6144 and
 #: 8192x5120, and 128-token tiles at M >= 512 cost 4096x4096 and 4096x6144 20-50%: hence
-#: the bit-placement formats only, and M <= 256.
+#: the bit-placement formats only, and M <= 256. razer-g128 (256-token tiles since its
+#: rescaled accumulators) takes the 128-token rule too: 4096x4096 at M = 256 22.2 us against
+#: 26.2 us (H100, one process).
 SMALL_LAYER_BYTES_64 = 48 << 20
 SMALL_LAYER_BYTES_256 = 16 << 20
 #: Widest token tile that the bit-placement formats (nvfp4, mxfp4) run with the batched
@@ -173,25 +175,27 @@ BATCHED_MAX_BN_BP = 64
 
 def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
-    most; 128 for formats with a per-stage FP32 promotion, which keeps two accumulator
-    tiles), the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
+    most; 128 for NestedFP8, whose per-stage FP32 promotion keeps two accumulator tiles),
+    the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
     decode's latency) for tiles of at most 64 tokens (32 for NestedFP8's promotion tile, 16
-    for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps of
-    A plus the promotion tile), two above; the batched schedule up to 32 tokens (16 for
-    razer-g128; up to :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two
-    warpgroups), interleaved above (registers). With ``nbytes`` (the layer's weight bytes),
-    the bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
-    :data:`SMALL_LAYER_BYTES_64` and 128-token tiles for 128 < M <= 256 up to
-    :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer over the SMs)."""
+    for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps
+    of A), two above; the batched schedule up to 32 tokens (16 for razer-g128; up to
+    :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two warpgroups),
+    interleaved above (registers). With ``nbytes`` (the layer's weight bytes), the
+    bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
+    :data:`SMALL_LAYER_BYTES_64`, and they and razer-g128 take 128-token tiles for
+    128 < M <= 256 up to :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer
+    over the SMs; razer-g128 4096x4096 at M = 256, H100: 22.2 us against 26.2 us)."""
     tr = engine_traits(fmt)
     cap = 128 if tr["PROMOTE"] else 256
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
     bn = min(bn, cap)
-    wide_a = tr["PROMOTE"] and tr["A_SRC"] == "A_FRAG"  # razer-g128: 8 k-steps of A per stage
+    wide_a = tr["A_SRC"] == "A_FRAG" and tr["BK"] > 64  # razer-g128: 8 k-steps of A per stage
     # the widest token tile at which four warpgroups still fit their registers (<= 96)
     wgs4_max = 0 if wide_a else 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
     small_fp4 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and tr["BP"]
-    if small_fp4 and bn == 256 and M <= 256 and nbytes <= SMALL_LAYER_BYTES_256:
+    small_256 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and (tr["BP"] or tr["RESCALE"])
+    if small_256 and bn == 256 and M <= 256 and nbytes <= SMALL_LAYER_BYTES_256:
         bn = 128
     wgs = 4 if bn <= wgs4_max else 2
     if small_fp4 and bn == 64 and nbytes <= SMALL_LAYER_BYTES_64:

@@ -449,7 +449,10 @@ def _engine_fp4_traits(name: str) -> dict:
     if kf.bp:
         kind = "SCALE_E4M3" if kf.scale_format is FP8_E4M3 else "SCALE_POW2_F16"
     elif kf.scale_dtype.itemsize == 2:
-        kind = "SCALE_FP32"  # FP16 scale x up to 5-bit values: exact only in FP32
+        # FP16 scale x up to 5-bit values: exact only in FP32, so the scale is not applied
+        # to the FP16 operand: the accumulators are kept in units of the block's scale
+        # (RESCALE, docs/gpu.md "The format policy")
+        kind = "SCALE_FP32"
     else:
         kind = "SCALE_BITS_F16"
     pre = kf.f16_prescale_log2
@@ -457,7 +460,7 @@ def _engine_fp4_traits(name: str) -> dict:
     f16_mul = 2.0 ** (FP16.bias - kf.scale_bias - pre) if kind == "SCALE_BITS_F16" else 0.0
     return {"A_SRC": "A_FRAG", "FP8": False, "BK": max(64, kf.block), "BLOCK": kf.block,
             "SCALE_BYTES": kf.scale_dtype.itemsize, "SCALE_KIND": kind, "BP": kf.bp,
-            "SPECIAL": kf.has_special, "PROMOTE": kind == "SCALE_FP32",
+            "SPECIAL": kf.has_special, "PROMOTE": False, "RESCALE": kind == "SCALE_FP32",
             "SCALE_MASK": kf.scale_mask, "META_SHIFT": kf.meta_shift,
             "F16_SHIFT": FP16.man_bits - kf.scale_man_bits,
             "F16X2_MUL": h(f16_mul) | h(f16_mul) << 16,
@@ -469,7 +472,7 @@ def _engine_fp4_traits(name: str) -> dict:
 def _engine_nfp_traits(fp8: bool) -> dict:
     return {"A_SRC": "A_SMEM" if fp8 else "A_PLANES", "FP8": fp8, "BK": 128 if fp8 else 64,
             "BLOCK": 128 if fp8 else 64, "SCALE_BYTES": 0, "SCALE_KIND": "SCALE_NONE", "BP": False,
-            "SPECIAL": False, "PROMOTE": fp8, "SCALE_MASK": 0, "META_SHIFT": 0, "F16_SHIFT": 0,
+            "SPECIAL": False, "PROMOTE": fp8, "RESCALE": False, "SCALE_MASK": 0, "META_SHIFT": 0, "F16_SHIFT": 0,
             "F16X2_MUL": 0, "F32_SHIFT": 0, "F32_MUL": 1.0, "POW2_SHIFT": 0}
 
 
@@ -506,6 +509,7 @@ def engine_traits_header() -> str:
             f"  static constexpr bool BP = {b(tr['BP'])};        // bit-placement decode (else prmt lookup)\n"
             f"  static constexpr bool SPECIAL = {b(tr['SPECIAL'])};   // code 0 is the block's special value\n"
             f"  static constexpr bool PROMOTE = {b(tr['PROMOTE'])};   // per-stage FP32 partial accumulator\n"
+            f"  static constexpr bool RESCALE = {b(tr['RESCALE'])};   // accumulators in units of the block scale\n"
             f"  static constexpr unsigned SCALE_MASK = {tr['SCALE_MASK']:#x}u;\n"
             f"  static constexpr int META_SHIFT = {tr['META_SHIFT']};\n"
             f"  static constexpr int F16_SHIFT = {tr['F16_SHIFT']};\n"

@@ -24,7 +24,10 @@ block scale, so they contribute nothing):
     packing); ``scales``: ``[N_pad/8][K_pad/B][8]``: the scales of eight consecutive rows
     for one block column adjacent (a thread owning eight rows of a block loads them at once).
 
-Both layouts keep the golden scale codes bit for bit (RaZeR metadata bits included).
+Both layouts keep the golden scale codes bit for bit (RaZeR metadata bits included), with
+two exceptions in ``frag``, each exact for the dequantized weight: MXFP4's E8M0 exponents
+become the kernels' scale bytes (:func:`pow2_kernel_scales`), and RaZeR-G128's blocks of
+scale 0 get the zero code and scale 1 (:func:`nonzero_kernel_scales`).
 All functions take an ``xp`` namespace (NumPy or CuPy) so packing can run on the GPU.
 """
 from __future__ import annotations
@@ -37,11 +40,12 @@ from mactile.golden import E8M0, FP16, Quantized
 from mactile.golden.storage import ZERO_CODE
 
 from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, FORMAT_IDS, POW2_WINDOW, KernelFormat,
-                      bp_bit_positions, bp_decode_word, kernel_format,
+                      bp_bit_positions, bp_decode_word, engine_traits, kernel_format,
                       kernel_scale_words)
 
 __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_TILE",
-           "FRAG_K_ALIGN", "FRAG_ROW_PAD", "ROWMAJOR_K_ALIGN", "pow2_kernel_scales", "ACT_K_ALIGN", "quantized_from_arrays", "PackedActivation",
+           "FRAG_K_ALIGN", "FRAG_ROW_PAD", "ROWMAJOR_K_ALIGN", "pow2_kernel_scales",
+           "nonzero_kernel_scales", "ACT_K_ALIGN", "quantized_from_arrays", "PackedActivation",
            "pack_activation", "unpack_activation", "prmt", "emulate_frag_values",
            "emulate_rowmajor_values", "LAYOUTS"]
 
@@ -164,6 +168,23 @@ def pow2_kernel_scales(codes, scales, block: int, xp=np):
     return b, D - ideal
 
 
+def nonzero_kernel_scales(kf: KernelFormat, codes, scales, xp=np):
+    """RaZeR-G128 blocks of scale 0 -> the zero code in every element and scale 1.0.
+
+    The GEMM engine keeps its accumulators in units of the current block scale and moves
+    to the next block by the ratio of the two scales (``engine_rescale``), so no block
+    scale may be 0. A block of scale 0 contributes nothing in the golden model whatever
+    its codes; so does a block of zero codes with scale 1 (the metadata bits are kept).
+    Padding blocks (scale 0) are among them. Returns ``(codes, scales)``, new arrays.
+    """
+    payload = scales & scales.dtype.type(kf.scale_mask)
+    zero = payload == 0
+    one = scales.dtype.type(kf.scale_bias << kf.scale_man_bits)  # 1.0 in the scale format
+    S = xp.where(zero, (scales & scales.dtype.type(~kf.scale_mask & 0xFFFF)) | one, scales).astype(scales.dtype)
+    C = xp.where(xp.repeat(zero, kf.block, axis=1), xp.uint8(ZERO_CODE if kf.has_special else 0), codes)
+    return C.astype(xp.uint8), S
+
+
 def pack_w4a16(q: Quantized, *, layouts=None, xp=np) -> PackedW4A16:
     """Pack a golden ``nvfp4``/``razer``/``razer-g128`` weight ``[N, K]``.
 
@@ -197,6 +218,8 @@ def pack_w4a16(q: Quantized, *, layouts=None, xp=np) -> PackedW4A16:
         out_log2 = 0
         if kf.scale_format is E8M0:  # power-of-two scales: kernel bytes inside the FP16 window
             S, out_log2 = pow2_kernel_scales(C, S, kf.block, xp)
+        if engine_traits(kf.name)["RESCALE"]:  # the engine divides by block scales
+            C, S = nonzero_kernel_scales(kf, C, S, xp)
         RT, G = C.shape[0] // ROW_TILE, K_pad // 64
         # row = rt*64 + mt*16 + h*8 + g ; k = (grp*4 + ks)*16 + kh*8 + 2t + j
         c = C.reshape(RT, 4, 2, 8, G, 4, 2, 4, 2).transpose(0, 4, 1, 3, 7, 5, 2, 6, 8)

@@ -30,9 +30,11 @@
 //            lookup with RaZeR's special value folded in (razer, razer-g128);
 //   A_PLANES NestedFP's two byte planes, ldmatrix + FP16 reconstruction in registers;
 //   A_SMEM   A straight from shared memory (NestedFP's upper plane as E4M3).
-// PROMOTE formats accumulate each stage in a separate FP32 register tile that is then
-// scaled into the accumulators (razer-g128's FP16 block scales; the FP8 mode's promotion
-// every 128 of K against Hopper's reduced-precision FP8 accumulation).
+// PROMOTE formats accumulate each stage in a separate FP32 register tile that is then added
+// into the accumulators (the FP8 mode's promotion every 128 of K against Hopper's
+// reduced-precision FP8 accumulation). RESCALE formats (razer-g128: FP16 block scales,
+// exact with the values only in FP32) keep the accumulators in units of the current block
+// scale and rescale them between blocks (engine_rescale).
 #include "ptx.cuh"
 #include "fp4_common.cuh"
 #include "nestedfp_common.cuh"
@@ -52,6 +54,8 @@ namespace mt {
 enum : int { TR_ENTRY, TR_READY, TR_FIRST_COPY, TR_FIRST_DATA, TR_MAIN_END, TR_END, TR_SM, TR_TILES,
              TRACE_SLOTS };
 using namespace ptx;
+// Named barriers (0 is __syncthreads): all consumer threads; one consumer warpgroup (+ cw).
+enum : int { BAR_CONSUMERS = 1, BAR_WG = 2 };
 
 __host__ __device__ constexpr int cround(int a, int b) { return (a + b - 1) / b * b; }
 
@@ -134,7 +138,7 @@ __device__ __forceinline__ void frag_decode(u32 (&a)[4], u32 w, u32 sp, const Lu
         const __half2 off2 = __float2half2_rn(-F16_OFFSET);
         __half2 sg, sh, cg, ch;
         u32 p0g, p0h;
-        if constexpr (T::SCALE_KIND == SCALE_FP32) {  // value only; the scale is applied in FP32
+        if constexpr (T::SCALE_KIND == SCALE_FP32) {  // value only; the scale applies in FP32 (RESCALE)
             sg = sh = __float2half2_rn(1.f);
             cg = ch = off2;
             p0g = special_p0(L, (sp & 0xFFFFu) >> T::META_SHIFT);
@@ -257,6 +261,34 @@ __device__ __forceinline__ float engine_scale_f32(u32 code) {
     return __uint_as_float((code & T::SCALE_MASK) << T::F32_SHIFT) * T::F32_MUL;
 }
 
+// RESCALE formats keep the accumulators in units of the current block scale of rows g and
+// g+8 (s_g, s_h; the FP16 operand carries the values only). Before a stage of the next block
+// they are multiplied by old / new (the fast division, at most 2 ulp, then one rounded
+// multiplication per row and block: about three FP32 roundings per 128 of K, within the
+// FP32-accumulation bound; IEEE division cost 7% at 8 tokens, H100); after the tile's last
+// stage by the scale itself. engine_scale_step computes that factor from the next stage's
+// scale codes, engine_scale_acc applies it. No block scale is 0: the packer gives blocks of
+// scale 0 the zero code and scale 1 (mactile.gpu.packing.nonzero_kernel_scales).
+template <int F>
+__device__ __forceinline__ void engine_scale_step(float& s_g, float& s_h, float& rg, float& rh, u64 sc_next,
+                                                  bool more) {
+    rg = s_g;
+    rh = s_h;
+    if (more) {
+        const float ng = engine_scale_f32<F>((u32)sc_next & 0xFFFFu);
+        const float nh = engine_scale_f32<F>((u32)(sc_next >> 16) & 0xFFFFu);
+        rg = __fdividef(s_g, ng);  // MUFU.RCP + FMUL: <= 2 ulp, exact for powers of two
+        rh = __fdividef(s_h, nh);
+        s_g = ng;
+        s_h = nh;
+    }
+}
+template <int NACC>
+__device__ __forceinline__ void engine_scale_acc(float (&acc)[NACC], float rg, float rh) {
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] *= (i & 2) ? rh : rg;
+}
+
 // ------------------------------------------------------------------ work partition
 // Persistent CTA c first takes NF rounds of whole tiles (tiles c, c + n_ctas, ...: the CTAs
 // of a round work on neighbouring tiles at the same k, so the L2 serves their shared
@@ -322,7 +354,7 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
     const int c = blockIdx.x, tile = c / P, c_first = tile * P, RTc = RT / WGS;
     fence_proxy_async_smem();  // the buffers were last read by wgmma (async proxy); cp.async writes them
     // one release per CTA: the barrier orders every thread's stores before thread 0's fence
-    named_sync(1, CT);
+    named_sync(BAR_CONSUMERS, CT);
     if (ct == 0) {
         __threadfence();
         atomicAdd(counters + tile, 1);
@@ -331,7 +363,7 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
         // for the next launch (which touches it only after griddepcontrol.wait)
         if (atomicAdd(counters + tile, 1) == 2 * P - 1) counters[tile] = 0;
     }
-    named_sync(1, CT);
+    named_sync(BAR_CONSUMERS, CT);
     // this CTA's float4 [f_lo, f_lo + n4) of every part -> shared [P][n4]
     const int r = c - c_first, f_lo = (int)((long long)r * F4 / P);
     const int n4 = (int)((long long)(r + 1) * F4 / P) - f_lo;
@@ -344,7 +376,7 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
     }
     cp_async_commit();
     cp_async_wait<0>();
-    named_sync(1, CT);
+    named_sync(BAR_CONSUMERS, CT);
     const int tt = tile / RTc, rc = tile % RTc, tok0 = tt * BN;
     const float4* part = reinterpret_cast<const float4*>(stage_smem);
 #pragma unroll 1
@@ -403,12 +435,12 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         constexpr int SLOT = CT * NACC;
         engine_store_partial<CT, NACC>(acc, ws + (size_t)(2 * c + (ubeg / KU == tile ? 0 : 1)) * SLOT, ct);
         __threadfence();
-        named_sync(1, CT);
+        named_sync(BAR_CONSUMERS, CT);
         if (ct == 0) {
             const int prev = atomicAdd(counters + tile, 1);
             *s_flag = (prev == c_last - c_first) ? 1 : 0;
         }
-        named_sync(1, CT);
+        named_sync(BAR_CONSUMERS, CT);
         if (*s_flag == 0) return;
         __threadfence();
         const int b_first = U0 + stripe_begin(c_first, U - U0, n_ctas);
@@ -493,7 +525,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
             if (j + 1 >= p0 + C::EPI_TOK / 8) tok = 8 * (j - p0) + r;
             stsm_x4_trans(ebase + tok * (C::EPI_LD * 2) + (wi * 16 + (mj & 1) * 8) * 2, h[0], h[1], h[2], h[3]);
         }
-        named_sync(2 + cw, 128);
+        named_sync(BAR_WG + cw, 128);
         for (int i = ct & 127; i < C::EPI_TOK * 8; i += 128) {
             const int rr = i >> 3, ch = i & 7;
             const int tok = tok0 + 8 * p0 + rr, n = nb + ch * 8;
@@ -509,7 +541,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
                     if (n + q < N) dst[q] = __ushort_as_half((unsigned short)(wd[q >> 1] >> (16 * (q & 1))));
             }
         }
-        named_sync(2 + cw, 128);
+        named_sync(BAR_WG + cw, 128);
     }
 }
 
@@ -672,6 +704,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     uint4 wv[T::A_SRC == A_FRAG ? BK / 64 : 1];       // A_FRAG: the stage's code words
     u64 sc = 0;                                       // A_FRAG: the stage's scale codes
     u32 pl[2][4];                                     // A_PLANES: ldmatrix of the planes
+    float s_g = 1.f, s_h = 1.f;                       // RESCALE: the accumulators' block scales
 
     int s = 0;
     u32 phase = 0;
@@ -684,6 +717,10 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         mbar_wait(bar_full + 8 * s, phase);
         MT_TRACE(TR_FIRST_DATA, ct == 0 && first, globaltimer());
         engine_load<F, BN, STAGES, WGS, BATCH>(smem, sbase, s, cw, wi, lane, wv, sc);
+        if constexpr (T::RESCALE) {
+            s_g = engine_scale_f32<F>((u32)sc & 0xFFFFu);
+            s_h = engine_scale_f32<F>((u32)(sc >> 16) & 0xFFFFu);
+        }
         if constexpr (BATCH) {
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks)
@@ -705,7 +742,6 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     const bool more = kb < k_hi;
                     const int s_next = s + 1 == STAGES ? 0 : s + 1;
                     const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
-                    const u64 sc_cur = sc;
                     if constexpr (T::PROMOTE) fence_regs(tmp);
                     fence_regs(acc);
                     wgmma_fence();
@@ -717,7 +753,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     wgmma_commit();
                     // the next stage's fragments while these wgmmas run (their registers
                     // a[1-p] were read by the previous stage's group, retired below/before)
-                    if constexpr (!T::PROMOTE) {
+                    if constexpr (!T::PROMOTE && !T::RESCALE) {
                         wgmma_wait<1>();
                         if (kb > k_lo) {  // the previous stage's group has retired: release it
                             __syncwarp();
@@ -733,18 +769,22 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                             engine_decode<F, BN, STAGES, WGS>(a[1 - p], ks, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
                     }
                     if constexpr (T::PROMOTE) {
-                        // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
+                        // the stage's partial sums (tmp) into the FP32 accumulators (FP8 mode's promotion)
                         wgmma_wait<0>();
                         fence_regs(tmp);
                         __syncwarp();
                         if (lane == 0) mbar_arrive(bar_empty + 8 * s);
-                        float sg = 1.f, sh = 1.f;
-                        if constexpr (T::SCALE_KIND == SCALE_FP32) {
-                            sg = engine_scale_f32<F>((u32)sc_cur & 0xFFFFu);
-                            sh = engine_scale_f32<F>((u32)(sc_cur >> 16) & 0xFFFFu);
-                        }
 #pragma unroll
-                        for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
+                        for (int i = 0; i < NACC; ++i) acc[i] += tmp[i];
+                    } else if constexpr (T::RESCALE) {
+                        // the stage's wgmmas have added into acc: into the next block's units
+                        float rg, rh;
+                        engine_scale_step<F>(s_g, s_h, rg, rh, sc, more);
+                        wgmma_wait<0>();
+                        fence_regs(acc);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bar_empty + 8 * s);
+                        engine_scale_acc(acc, rg, rh);
                     }
                     s = s_next;
                     phase = ph_next;
@@ -760,7 +800,6 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                 const bool more = kb < k_hi;             // another k-block of this tile follows
                 const int s_next = s + 1 == STAGES ? 0 : s + 1;
                 const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
-                const u64 sc_cur = sc;
                 if constexpr (T::PROMOTE) fence_regs(tmp);
                 fence_regs(acc);
                 // One wgmma per k-step; while it runs, the next k-step's A registers are decoded
@@ -776,19 +815,31 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     if (ks + 1 < KS) {
                         wgmma_wait<KS - 1>();
                         engine_decode<F, BN, STAGES, WGS>(a[0], ks + 1, sbase, s, cw, wi, lane, wv, sc, pl, L);
+                    } else if constexpr (T::RESCALE) {
+                        // the stage's wgmmas have added into acc: into the next block's units.
+                        // The stage is released first (with 2 stages at 256 tokens the producer
+                        // refills it meanwhile; waiting for the next stage before releasing this
+                        // one cost 7% at M = 1024-4096, H100).
+                        wgmma_wait<0>();
+                        fence_regs(acc);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bar_empty + 8 * s);
+                        if (more) {
+                            mbar_wait(bar_full + 8 * s_next, ph_next);
+                            engine_load<F, BN, STAGES, WGS, BATCH>(smem, sbase, s_next, cw, wi, lane, wv, sc);
+                        }
+                        float rg, rh;
+                        engine_scale_step<F>(s_g, s_h, rg, rh, sc, more);
+                        if (more) engine_decode<F, BN, STAGES, WGS>(a[0], 0, sbase, s_next, cw, wi, lane, wv, sc, pl, L);
+                        engine_scale_acc(acc, rg, rh);
                     } else if constexpr (T::PROMOTE) {
-                        // the stage's partial sums (tmp) into the FP32 accumulators, times the block scale
+                        // the stage's partial sums (tmp) into the FP32 accumulators (FP8 mode's promotion)
                         wgmma_wait<0>();
                         fence_regs(tmp);
                         __syncwarp();
                         if (lane == 0) mbar_arrive(bar_empty + 8 * s);
-                        float sg = 1.f, sh = 1.f;
-                        if constexpr (T::SCALE_KIND == SCALE_FP32) {
-                            sg = engine_scale_f32<F>((u32)sc_cur & 0xFFFFu);
-                            sh = engine_scale_f32<F>((u32)(sc_cur >> 16) & 0xFFFFu);
-                        }
 #pragma unroll
-                        for (int i = 0; i < NACC; ++i) acc[i] = fmaf(tmp[i], (i & 2) ? sh : sg, acc[i]);
+                        for (int i = 0; i < NACC; ++i) acc[i] += tmp[i];
                         if (more) {
                             mbar_wait(bar_full + 8 * s_next, ph_next);
                             engine_load<F, BN, STAGES, WGS, BATCH>(smem, sbase, s_next, cw, wi, lane, wv, sc);
@@ -812,7 +863,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                 phase = ph_next;
             }
         }
-        if constexpr (!T::PROMOTE) {
+        if constexpr (!T::PROMOTE && !T::RESCALE) {  // (those released every stage already)
             wgmma_wait<0>();
             fence_regs(acc);
             __syncwarp();

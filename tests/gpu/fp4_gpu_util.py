@@ -36,3 +36,29 @@ def replay_in_graph(run, outputs, times: int = 2) -> None:
             y.fill(np.nan)
         g.launch(stream)
         stream.synchronize()
+
+
+def exact_case_weight(fmt, N, K, rng):
+    """Random codes, scales in a narrow range, unit tensor scale: with small-integer
+    activations (multiples of 1/8 up to 1) every product and partial sum is exact in FP32,
+    so the kernels must match the float64 reference exactly. razer-g128: power-of-two
+    scales 2^-3 .. 1 (the engine moves its accumulators between blocks by the ratio of two
+    scales, exact for powers of two) and blocks of scale 0 (a whole row and scattered ones;
+    the packer gives them the zero code and scale 1)."""
+    from mactile.gpu.packing import quantized_from_arrays
+
+    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
+    nb = K // fmt.block_size
+    if fmt.name == "nvfp4":
+        sc = (rng.integers(6, 10, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
+    elif fmt.name == "mxfp4":
+        sc = rng.integers(124, 129, (N, nb)).astype(np.uint8)
+    elif fmt.name == "razer":
+        sc = (rng.integers(2, 6, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))
+              | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
+    else:
+        sc = (rng.integers(12, 16, (N, nb)) << 10).astype(np.uint16)
+        sc[rng.random((N, nb)) < 0.1] = 0
+        sc[5] = 0
+        sc |= (rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
+    return quantized_from_arrays(fmt, codes, sc, 1.0)

@@ -4,7 +4,7 @@ cases (atol=0) for every CTA partition, poisoned outputs, odd shapes, a broken d
 import numpy as np
 import pytest
 
-from fp4_gpu_util import GPU, cupy, poisoned, replay_in_graph
+from fp4_gpu_util import GPU, cupy, exact_case_weight, poisoned, replay_in_graph
 from mactile.golden import MXFP4, NVFP4, RaZeR, RaZeRG128
 from mactile.gpu.check import check_close, reference
 from mactile.gpu.packing import pack_w4a16, quantized_from_arrays
@@ -69,25 +69,6 @@ def test_every_tile_configuration(fmt, rng):
                 check_close(y.get(), y_ref, abs_sum, K, what=f"engine/{fmt.name}/{c}/M{M}")
 
 
-def _exact_case(fmt, N, K, rng):
-    """Random codes, scales in a narrow range, unit tensor scale, small-integer activations:
-    every product and partial sum is exact in FP32, so the result must match exactly."""
-    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
-    nb = K // fmt.block_size
-    if fmt.name == "nvfp4":
-        sc = (rng.integers(6, 10, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
-    elif fmt.name == "mxfp4":
-        sc = rng.integers(124, 129, (N, nb)).astype(np.uint8)
-    elif fmt.name == "razer":
-        sc = (rng.integers(2, 6, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))
-              | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
-    else:
-        sc = (rng.integers(14, 16, (N, nb)) << 10 | rng.integers(0, 8, (N, nb)) << 7
-              | rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
-    q = quantized_from_arrays(fmt, codes, sc, 1.0)
-    return q
-
-
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
 @pytest.mark.parametrize("M", [3, 70, 260])
 def test_exact_arithmetic_every_partition(fmt, M, rng, monkeypatch):
@@ -96,7 +77,7 @@ def test_exact_arithmetic_every_partition(fmt, M, rng, monkeypatch):
     monkeypatch.setattr(e, "HYB_L2_FRACTION", 0.0)  # whole-tile rounds wherever they apply
     monkeypatch.setattr(e, "PARTS_MIN", 2)  # parts summed together wherever they apply
     N, K = 197, 1152
-    q = _exact_case(fmt, N, K, rng)
+    q = exact_case_weight(fmt, N, K, rng)
     x = (rng.integers(-8, 9, (M, K)) * 0.125).astype(np.float16)
     y_ref, _ = reference(x, q.dequantize())
     assert np.abs(y_ref).max() < 2 ** 15  # exactness premise
@@ -110,6 +91,44 @@ def test_exact_arithmetic_every_partition(fmt, M, rng, monkeypatch):
         e.gemm_fp4(cp.asarray(x), pw, cfg=e.EngineConfig(base.bn, base.stages, base.wgs, n_ctas), out=y)
         np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
         outs.append(y.get())
+
+
+def test_rescale_extreme_and_zero_block_scales(rng, monkeypatch):
+    """razer-g128 keeps its accumulators in units of the current block scale: block scales
+    over the whole FP16 range it stores (subnormals up to 1.999) next to each other and
+    blocks of scale 0 stay within the bound on every partition. Without the packer's rule
+    for scale 0 (zero codes, scale 1) the kernel divides by zero and the check fails."""
+    from mactile.gpu import packing
+    cp = cupy()
+    e = _engine()
+    fmt = FORMATS[3]
+    N, K, M = 160, 2048, 40
+    nb = K // fmt.block_size
+    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
+    sc = rng.integers(1, 0x4000, (N, nb)).astype(np.uint16)  # every payload but 0
+    sc[:, ::5] = rng.choice(np.array([1, 2, 0x3FFF, 0x0400], np.uint16), (N, len(range(0, nb, 5))))
+    sc[rng.random((N, nb)) < 0.1] = 0
+    sc[:, 0] = 0  # a tile's first block
+    sc[:, -1] = 0  # and its last
+    sc |= (rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
+    q = quantized_from_arrays(fmt, codes, sc, 1.0)
+    x = rng.standard_normal((M, K)).astype(np.float16)
+    y_ref, abs_sum = reference(x, q.dequantize())
+    pw = pack_w4a16(q, layouts=("frag",)).to(cp)
+    for n_ctas in (0, 3, 7):
+        c = e.config_for(fmt.name, M)
+        c = e.EngineConfig(c.bn, c.stages, c.wgs, n_ctas, c.schedule)
+        y = poisoned((M, N), np.float32)
+        e.gemm_fp4(cp.asarray(x), pw, cfg=c, out=y)
+        check_close(y.get(), y_ref, abs_sum, K, what=f"engine/razer-g128/{c}")
+    # (three CTAs: stripes of several blocks each; a CTA of one block never divides)
+    monkeypatch.setattr(packing, "nonzero_kernel_scales", lambda kf, c, s, xp=np: (c, s))
+    bad = pack_w4a16(q, layouts=("frag",)).to(cp)
+    y = poisoned((M, N), np.float32)
+    c = e.config_for(fmt.name, M)
+    e.gemm_fp4(cp.asarray(x), bad, cfg=e.EngineConfig(c.bn, c.stages, c.wgs, 3, c.schedule), out=y)
+    with pytest.raises(AssertionError):
+        check_close(y.get(), y_ref, abs_sum, K, what="engine/razer-g128/scale-0 blocks unpacked")
 
 
 def test_broken_decode_is_caught(rng, monkeypatch):

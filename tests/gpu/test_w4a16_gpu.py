@@ -3,10 +3,10 @@ mactile.gpu.check), exact-arithmetic cases (atol=0), poisoned outputs, odd shape
 import numpy as np
 import pytest
 
-from fp4_gpu_util import GPU, cupy, poisoned
+from fp4_gpu_util import GPU, cupy, exact_case_weight, poisoned
 from mactile.golden import NVFP4, RaZeR, RaZeRG128
 from mactile.gpu.check import check_close, reference
-from mactile.gpu.packing import pack_w4a16, quantized_from_arrays
+from mactile.gpu.packing import pack_w4a16
 
 pytestmark = GPU
 
@@ -42,30 +42,13 @@ def test_against_golden(fmt, NK, kind, M, out_dtype, rng):
     check_close(y.get(), y_ref, abs_sum, K, what=f"{kind}/{fmt.name}")
 
 
-def _exact_case(fmt, N, K, rng):
-    """Random codes, scales in a narrow range, unit tensor scale, small-integer activations:
-    every product and partial sum is exact in FP32, so the kernels must match exactly."""
-    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
-    nb = K // fmt.block_size
-    if fmt.name == "nvfp4":
-        sc = (rng.integers(6, 10, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))).astype(np.uint8)
-    elif fmt.name == "razer":
-        sc = (rng.integers(2, 6, (N, nb)) << 3 | rng.integers(0, 8, (N, nb))
-              | rng.integers(0, 4, (N, nb)) << 6).astype(np.uint8)
-    else:
-        sc = (rng.integers(14, 16, (N, nb)) << 10 | rng.integers(0, 8, (N, nb)) << 7
-              | rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
-    q = quantized_from_arrays(fmt, codes, sc, 1.0)
-    x = (rng.integers(-8, 9, (1, K)) * 0.125).astype(np.float16)
-    return q, x
-
-
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
 @pytest.mark.parametrize("kind,M", [("tc", 3), ("tc", 70), ("cc", 1), ("cc", 6)])
 def test_exact_arithmetic_every_partition(fmt, kind, M, rng):
     cp = cupy()
     N, K = 197, 1152
-    q, x1 = _exact_case(fmt, N, K, rng)
+    q = exact_case_weight(fmt, N, K, rng)
+    x1 = (rng.integers(-8, 9, (1, K)) * 0.125).astype(np.float16)
     x = np.concatenate([x1] + [(rng.integers(-8, 9, (1, K)) * 0.125).astype(np.float16) for _ in range(M - 1)])
     y_ref, _ = reference(x, q.dequantize())
     assert np.abs(y_ref).max() < 2 ** 15  # exactness premise
