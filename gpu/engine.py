@@ -130,7 +130,8 @@ def _geometry(fmt: str, bn: int, wgs: int) -> dict:
     else:
         a_bytes = wgs * 64 * 128
     stage = _cround(b_bytes + a_bytes, 1024)
-    epi = wgs * min(bn, 64) * 72 * 2
+    epi_tok = 16 if (bk > 64 and bn == 256) else min(bn, 64)  # EngCfg::EPI_TOK
+    epi = wgs * epi_tok * 72 * 2
     return {"bk": bk, "stage": stage, "epi": epi}
 
 

@@ -74,7 +74,9 @@ struct EngCfg {
                                  : T::A_SRC == A_PLANES ? 2 * WGS * 64 * 64 : WGS * 64 * 128;
     static constexpr int STAGE_BYTES = cround(B_BYTES + A_BYTES, 1024);
     static constexpr int TX = B_BYTES + (T::A_SRC == A_FRAG ? WGS * (FRAG_CODE + FRAG_SC) : A_BYTES);
-    static constexpr int EPI_TOK = BN < 64 ? BN : 64;     // tokens staged per epilogue pass
+    // tokens staged per epilogue pass: 64, but 16 for the 128-k stages at 256 tokens
+    // (razer-g128: a third stage fits instead of 2 x 64 x 72 x 2 bytes of staging)
+    static constexpr int EPI_TOK = BN < 64 ? BN : (BK > 64 && BN == 256) ? 16 : 64;
     static constexpr int EPI_LD = 72;                      // halves per staged token row
     static constexpr int EPI_BYTES = WGS * EPI_TOK * EPI_LD * 2;
     static constexpr int BAR_OFF = STAGES * STAGE_BYTES + EPI_BYTES;

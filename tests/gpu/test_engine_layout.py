@@ -38,7 +38,7 @@ def test_configurations_fit(fmt):
     for M in (1, 8, 16, 33, 64, 100, 256, 1024, 4096):
         c = e.config_for(fmt, M)
         assert c.bn >= min(M, c.bn) and e.smem_bytes(fmt, c) <= e.SMEM_LIMIT
-        assert c.stages * engine_traits(fmt)["BK"] >= 192  # k in flight (razer-g128 at 256 tokens: 2 x 128)
+        assert c.stages >= 3
     for f, c in e.instances():
         assert e.smem_bytes(f, c) <= e.SMEM_LIMIT, (f, c)
     with pytest.raises(ValueError, match="wgs"):
