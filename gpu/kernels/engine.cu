@@ -34,7 +34,7 @@
 // into the accumulators (the FP8 mode's promotion every 128 of K against Hopper's
 // reduced-precision FP8 accumulation). RESCALE formats (razer-g128: FP16 block scales,
 // exact with the values only in FP32) keep the accumulators in units of the current block
-// scale and rescale them between blocks (engine_rescale).
+// scale and rescale them between blocks (engine_scale_step, engine_scale_acc).
 #include "ptx.cuh"
 #include "fp4_common.cuh"
 #include "nestedfp_common.cuh"
@@ -267,7 +267,7 @@ __device__ __forceinline__ float engine_scale_f32(u32 code) {
 // g+8 (s_g, s_h; the FP16 operand carries the values only). Before a stage of the next block
 // they are multiplied by old / new (the fast division, at most 2 ulp, then one rounded
 // multiplication per row and block: about three FP32 roundings per 128 of K, within the
-// FP32-accumulation bound; IEEE division cost 7% at 8 tokens, H100); after the tile's last
+// FP32-accumulation bound; IEEE division cost 7-10% at 8 tokens, H100); after the tile's last
 // stage by the scale itself. engine_scale_step computes that factor from the next stage's
 // scale codes, engine_scale_acc applies it. No block scale is 0: the packer gives blocks of
 // scale 0 the zero code and scale 1 (mactile.gpu.packing.nonzero_kernel_scales).
@@ -819,9 +819,9 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         engine_decode<F, BN, STAGES, WGS>(a[0], ks + 1, sbase, s, cw, wi, lane, wv, sc, pl, L);
                     } else if constexpr (T::RESCALE) {
                         // the stage's wgmmas have added into acc: into the next block's units.
-                        // The stage is released first (with 2 stages at 256 tokens the producer
-                        // refills it meanwhile; waiting for the next stage before releasing this
-                        // one cost 7% at M = 1024-4096, H100).
+                        // The stage is released first (at 256 tokens only 3 stages fit: the
+                        // producer refills it meanwhile; waiting for the next stage before
+                        // releasing this one cost 5-11% per shape at M = 1024-4096 with 2, H100).
                         wgmma_wait<0>();
                         fence_regs(acc);
                         __syncwarp();
