@@ -2,7 +2,8 @@
 and back (for tests).
 
 Two layouts, both padded to whole tiles (padding elements are real zeros with a zero
-block scale, so they contribute nothing):
+block scale, so they contribute nothing; RaZeR-G128's frag padding blocks get scale 1,
+:func:`nonzero_kernel_scales`):
 
 ``frag`` (tensor-core kernel; Marlin-style offline shuffle)
     ``codes``: uint32 ``[RT][K_pad/64][4][32][4]``: row tile (64 rows), group of four
@@ -250,7 +251,9 @@ def pack_w4a16(q: Quantized, *, layouts=None, xp=np) -> PackedW4A16:
 
 
 def unpack_frag(p: PackedW4A16):
-    """Inverse of the frag packing: ``(codes[N, K], scales[N, K/B])`` as NumPy arrays."""
+    """Inverse of the frag packing: ``(codes[N, K], scales[N, K/B])`` as NumPy arrays (the
+    kernels' codes and scales: MXFP4's kernel scale bytes, RaZeR-G128's scale-0 blocks as
+    zero codes with scale 1)."""
     lay = p.layout("frag")
     words = np.asarray(_host(lay["codes"]), dtype=np.uint32)
     RT, G = words.shape[0], words.shape[1]

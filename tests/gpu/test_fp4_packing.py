@@ -51,6 +51,35 @@ def test_padding_is_inert(rng):
     assert (full[65:] == 0).all() and (full[:, 48:] == 0).all()
 
 
+def test_razer_g128_scale_zero_blocks_become_zero_codes_with_scale_one(rng):
+    """The engine divides by razer-g128's block scales (RESCALE): the frag packing leaves
+    none of them 0. Blocks of scale 0 (whole rows, first, last, scattered, padding) get the
+    zero code and scale 1, metadata bits kept; the emulated decode still equals golden."""
+    from mactile.golden.storage import ZERO_CODE
+    fmt = RaZeRG128()
+    N, K = 70, 1024
+    nb = K // fmt.block_size
+    codes = rng.integers(0, 16, (N, K), dtype=np.uint8)
+    sc = rng.integers(1, 0x4000, (N, nb)).astype(np.uint16)
+    sc[rng.random((N, nb)) < 0.2] = 0
+    sc[3] = 0
+    sc[:, 0] = 0
+    sc[:, -1] = 0
+    sc |= (rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
+    q = quantized_from_arrays(fmt, codes, sc, 1.0)
+    p = pack_w4a16(q, layouts=("frag", "rowmajor"))
+    kf = kernel_format(fmt)
+    assert (p.layout("frag")["scales"] & kf.scale_mask != 0).all()
+    np.testing.assert_array_equal(emulate_frag_values(p), q.dequantize())
+    np.testing.assert_array_equal(emulate_rowmajor_values(p), q.dequantize())
+    c, s = unpack_frag(p)
+    zero = (sc & kf.scale_mask) == 0
+    np.testing.assert_array_equal(s, np.where(zero, (sc & 0xC000) | 0x3C00, sc))
+    np.testing.assert_array_equal(c, np.where(np.repeat(zero, fmt.block_size, axis=1), ZERO_CODE, codes))
+    c, s = unpack_rowmajor(p)  # the CUDA-core layout keeps the golden codes
+    np.testing.assert_array_equal(s, sc)
+
+
 def test_prmt_model_matches_ptx_semantics():
     # byte selection, and bit 3 of a selector nibble replicating the chosen byte's sign
     a, b = np.uint32(0x83828180), np.uint32(0x07060504)
