@@ -173,14 +173,14 @@ def nonzero_kernel_scales(kf: KernelFormat, codes, scales, xp=np):
     """RaZeR-G128 blocks of scale 0 -> the zero code in every element and scale 1.0.
 
     The GEMM engine keeps its accumulators in units of the current block scale and moves
-    to the next block by the ratio of the two scales (``engine_rescale``), so no block
-    scale may be 0. A block of scale 0 contributes nothing in the golden model whatever
+    to the next block by the ratio of the two scales (``engine_scale_step`` in
+    ``kernels/engine.cu``), so no block scale may be 0. A block of scale 0 contributes nothing in the golden model whatever
     its codes; so does a block of zero codes with scale 1 (the metadata bits are kept).
     Padding blocks (scale 0) are among them. Returns ``(codes, scales)``, new arrays.
     """
     payload = scales & scales.dtype.type(kf.scale_mask)
     zero = payload == 0
-    one = scales.dtype.type(kf.scale_bias << kf.scale_man_bits)  # 1.0 in the scale format
+    one = scales.dtype.type(int(kf.scale_format.encode(np.array([1.0]))[0]))  # the spec's code of 1.0
     S = xp.where(zero, (scales & scales.dtype.type(~kf.scale_mask & 0xFFFF)) | one, scales).astype(scales.dtype)
     C = xp.where(xp.repeat(zero, kf.block, axis=1), xp.uint8(ZERO_CODE if kf.has_special else 0), codes)
     return C.astype(xp.uint8), S
