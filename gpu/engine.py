@@ -32,7 +32,7 @@ __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
            "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
-           "SMALL_LAYER_BYTES_256", "BATCHED_MAX_BN_BP", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
+           "SMALL_LAYER_BYTES_256", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
            "PART_PARTS"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
@@ -174,14 +174,24 @@ SMALL_LAYER_BYTES_256 = 16 << 20
 BATCHED_MAX_BN_BP = 64
 
 
+def _wgs4_max(fmt: str) -> int:
+    """The widest token tile at which four consumer warpgroups still fit their registers
+    (96 each): none for razer-g128 (eight k-steps of A per stage), 16 for NestedFP16's plane
+    fragments, 32 for NestedFP8's promotion tile, 64 for the other FP4 formats."""
+    tr = engine_traits(fmt)
+    if tr["A_SRC"] == "A_FRAG" and tr["BK"] > 64:
+        return 0
+    return 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
+
+
 def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
     most; 128 for NestedFP8, whose per-stage FP32 promotion keeps two accumulator tiles),
     the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
     decode's latency) for tiles of at most 64 tokens (32 for NestedFP8's promotion tile, 16
     for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps
-    of A), two above; the batched schedule up to 32 tokens (16 for razer-g128; up to
-    :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two warpgroups),
+    of A), two above; the batched schedule up to 32 tokens (at every tile for razer-g128; up
+    to :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two warpgroups),
     interleaved above (registers). With ``nbytes`` (the layer's weight bytes), the
     bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
     :data:`SMALL_LAYER_BYTES_64`, and they and razer-g128 take 128-token tiles for
@@ -192,8 +202,7 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
     bn = min(bn, cap)
     wide_a = tr["A_SRC"] == "A_FRAG" and tr["BK"] > 64  # razer-g128: 8 k-steps of A per stage
-    # the widest token tile at which four warpgroups still fit their registers (<= 96)
-    wgs4_max = 0 if wide_a else 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
+    wgs4_max = _wgs4_max(fmt)
     small_fp4 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and tr["BP"]
     small_256 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and (tr["BP"] or tr["RESCALE"])
     if small_256 and bn == 256 and M <= 256 and nbytes <= SMALL_LAYER_BYTES_256:
@@ -201,7 +210,9 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     wgs = 4 if bn <= wgs4_max else 2
     if small_fp4 and bn == 64 and nbytes <= SMALL_LAYER_BYTES_64:
         wgs = 2
-    sched = 1 if bn <= (16 if wide_a else 32) else 0
+    # razer-g128: batched at every tile since its rescaled accumulators (one tile) left the
+    # registers for a whole stage of A (tuning sweep, H100: 2-8% faster at 32-4096 tokens)
+    sched = 1 if (wide_a or bn <= 32) else 0
     if tr["BP"] and wgs == 2 and bn <= BATCHED_MAX_BN_BP:
         sched = 1
     return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
@@ -478,11 +489,17 @@ def split_parts(tiles: int, n_ctas: int, nf: int = 0, sms: int | None = None) ->
 
 
 def _variants(fmt: str, bn: int) -> list[EngineConfig]:
-    """The configurations tried for token tile ``bn`` (tuning): two or four consumer
-    warpgroups (four up to 64 tokens), either schedule, deepest pipeline."""
+    """The configurations tried for token tile ``bn`` (tuning), deepest pipeline each: two
+    consumer warpgroups, and four where they fit their registers (:func:`_wgs4_max`); either
+    schedule, except where it spills (compiled with nvcc 13.0, sm_90a): the batched one with
+    four warpgroups above 32 tokens (164 bytes at 64) and for NestedFP's A sources at 128
+    tokens and more."""
+    tr = engine_traits(fmt)
     out = []
-    for wgs in ((2, 4) if bn <= 64 else (2,)):
+    for wgs in ((2, 4) if bn <= _wgs4_max(fmt) else (2,)):
         for sched in SCHEDULES:
+            if sched == 1 and ((wgs == 4 and bn > 32) or (bn >= 128 and tr["A_SRC"] != "A_FRAG")):
+                continue
             try:
                 c = EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
             except ValueError:
@@ -491,10 +508,33 @@ def _variants(fmt: str, bn: int) -> list[EngineConfig]:
     return out
 
 
+def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | None = None) -> list[EngineConfig]:
+    """The configurations a tuning sweep times for ``M`` tokens, the default
+    (:func:`config_for` with ``nbytes``) first: every variant of the default's token tile
+    (:func:`_variants`: two or four warpgroups, either schedule), the defaults of half that
+    tile (more token tiles: more CTAs busy on small layers, a second decode of the weights)
+    for a large and a small layer, and the default with one CTA per SM (``sms``; stream-K
+    over every SM where :func:`default_ctas` would give whole tiles). Without ``sms``, no
+    CTA-count candidate (the kernels are the same: :func:`instances`)."""
+    d = config_for(fmt, M, nbytes)
+    out = [d] + _variants(fmt, d.bn)
+    if d.bn // 2 >= TOKEN_TILES[0]:
+        out += [config_for(fmt, d.bn // 2), config_for(fmt, d.bn // 2, 0)]
+    if sms:
+        out.append(EngineConfig(d.bn, d.stages, d.wgs, sms, d.sched))
+    seen, uniq = set(), []
+    for c in out:
+        key = (c.bn, c.stages, c.wgs, c.n_ctas, c.schedule)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(c)
+    return uniq
+
+
 def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
     """Every (format, configuration) the wrappers may launch: the default per token tile of
-    every format, the tuning table's entries and, with ``tuning``, the variants that the
-    tuning sweep times (nvfp4 for the FP4 family, both NestedFP modes)."""
+    every format (for a large and a small layer), the tuning table's entries and, with
+    ``tuning``, every candidate a tuning sweep times (:func:`tuning_candidates`)."""
     from .tuning import engine_table_configs  # noqa: PLC0415
 
     out = []
@@ -504,8 +544,8 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
             if bn <= cap:
                 out.append((fmt, config_for(fmt, bn)))
                 out.append((fmt, config_for(fmt, bn, nbytes=0)))  # a small layer's
-                if tuning and fmt in ("nvfp4", "nestedfp16", "nestedfp8"):
-                    out += [(fmt, c) for c in _variants(fmt, bn)]
+                if tuning:
+                    out += [(fmt, c) for nb in (None, 0) for c in tuning_candidates(fmt, bn, nb)]
     out += engine_table_configs()
     seen, uniq = set(), []
     for f, c in out:

@@ -1,12 +1,15 @@
 """Measured per-device tuning tables of mactile.gpu (one JSON file per device kind).
 
-``<device>.json`` holds the measured crossover of the small-M kernels (written by
-``mactile bench gpu``, its ``_tuning.json``) and may hold, per weight format, shape ``(K, N)``
-and token count ``M``, an ``engine`` entry: a GEMM-engine configuration that beat the default
-in a timed sweep (``benchmarks/engine_trial.py --alts``; entries are added by hand, and the
-shipped tables have none: the alternatives were within the run-to-run spread). :func:`engine_choice` looks up the entry of the
-nearest measured shape (log distance in N and K) and the smallest measured M at or above the
-request; without a table the engine's default (:func:`mactile.gpu.engine.config_for`) is used.
+``<device>.json`` holds the measured crossover of the small-M kernels (``crossover``,
+written by ``mactile bench gpu``) and the GEMM engine's configurations measured per weight
+format, shape ``(K, N)`` and token count ``M`` (``engine``, written by ``mactile bench tune``,
+:mod:`mactile.gpu.bench.engine_tune`: a candidate that beat the default by a margin twice, or
+``"default": true`` where none did).
+:func:`engine_choice` looks up the entry of the nearest measured shape (log distance in N and
+K) and the smallest measured M at or above the request within the request's token tile
+(:func:`token_bucket`: 8, 16, 32, 64, 128, 256 and above); requests with no such M (M = 1..8
+when the sweep began at 16, M above every measured M) and formats without entries take the
+engine's default (:func:`mactile.gpu.engine.config_for`).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["TUNING_DIR", "device_slug", "load_table", "engine_choice", "engine_table_configs"]
+__all__ = ["TUNING_DIR", "device_slug", "load_table", "engine_choice", "engine_table_configs", "token_bucket"]
 
 TUNING_DIR = Path(__file__).resolve().parent
 
@@ -44,6 +47,13 @@ def load_table(path: str | None = None) -> dict | None:
     return json.loads(p.read_text())
 
 
+def token_bucket(M: int) -> int:
+    """The engine's token tile that holds ``M`` tokens (the widest for more)."""
+    from ..codegen import TOKEN_TILES  # noqa: PLC0415
+
+    return next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
+
+
 def engine_choice(table: dict | None, fmt: str, K: int, N: int, M: int):
     """``(EngineConfig, reason)`` from the table's ``engine`` entries, or ``(None, reason)``."""
     from ..engine import EngineConfig  # noqa: PLC0415
@@ -54,8 +64,14 @@ def engine_choice(table: dict | None, fmt: str, K: int, N: int, M: int):
     dist = lambda e: abs(math.log(e["N"] / N)) + abs(math.log(e["K"] / K))  # noqa: E731
     best = min(dist(e) for e in entries)
     near = [e for e in entries if dist(e) == best]
-    above = [e for e in near if e["M"] >= M]
-    e = min(above, key=lambda e: e["M"]) if above else max(near, key=lambda e: e["M"])
+    # only an entry of the request's own token tile: M = 1..8 (8-token tiles) never takes the
+    # configuration measured at M = 16
+    above = [e for e in near if e["M"] >= M and token_bucket(e["M"]) == token_bucket(M)]
+    if not above:
+        return None, f"no M measured for this format/shape in the token tile of M = {M}"
+    e = min(above, key=lambda e: e["M"])
+    if e.get("default"):
+        return None, f"the default was fastest at K={e['K']} N={e['N']} M={e['M']}"
     return EngineConfig(*e["config"]), f"measured at K={e['K']} N={e['N']} M={e['M']}"
 
 
@@ -70,5 +86,6 @@ def engine_table_configs() -> list:
         except ValueError:
             continue
         for e in t.get("engine", []):
-            out.append((e["format"], EngineConfig(*e["config"])))
+            if not e.get("default"):
+                out.append((e["format"], EngineConfig(*e["config"])))
     return out

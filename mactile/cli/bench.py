@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from mactile.cli.common import (CliError, atomic_outputs, atomic_write, check_output_dir,
-                                check_output_file, int_list)
+                                check_output_file, int_list, positive_float)
 
 
 def _names(text: str) -> list[str]:
@@ -13,6 +13,14 @@ def _names(text: str) -> list[str]:
     if not text.strip() or any(not t for t in parts):
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
     return parts
+
+
+def _selection(p, m_type, m_help: str, formats: str) -> None:
+    """The options that select what a GPU benchmark runs: M values, formats, shapes."""
+    p.add_argument("--m", type=m_type, metavar="M,M,...", help=m_help)
+    p.add_argument("--formats", type=_names, metavar="F,F,...", help=f"subset of {formats}")
+    p.add_argument("--shapes", type=int_list(0, "non-negative integer"), metavar="I,I,...",
+                   help="indices into the shape list (see mactile.gpu.bench.gemm_bench.SHAPES)")
 
 
 def register(sub) -> None:
@@ -26,16 +34,101 @@ def register(sub) -> None:
                                     "tables and the measured crossover (tuning) table.")
     g.add_argument("-o", "--out", default="out/bench-gpu", help="output folder (default out/bench-gpu)")
     g.add_argument("--quick", action="store_true", help="three shapes, M in 1, 8, 16, 256")
-    g.add_argument("--m", type=int_list(1, "positive integer"), metavar="M,M,...",
-                   help="comma-separated M values")
-    g.add_argument("--formats", type=_names, metavar="F,F,...",
-                   help="subset of nvfp4,mxfp4,razer,razer-g128,nestedfp16,nestedfp8,flexq-w6a6")
-    g.add_argument("--shapes", type=int_list(0, "non-negative integer"), metavar="I,I,...",
-                   help="indices into the shape list (see mactile.gpu.bench.gemm_bench.SHAPES)")
-    g.add_argument("--tuning-out", help="write the measured crossover (tuning) table (JSON) here as well")
+    _selection(g, int_list(1, "positive integer"), "comma-separated M values",
+               "nvfp4,mxfp4,razer,razer-g128,nestedfp16,nestedfp8,flexq-w6a6")
+    g.add_argument("--tuning-out", help="also write the measured crossover into this tuning table (JSON; "
+                                        "an existing table keeps its other entries)")
     g.add_argument("--temperature", action="store_true", help="also time ReSET's temperature sampler step")
     g.add_argument("--name", default="gpu_gemm", help="file name stem (default gpu_gemm)")
     g.set_defaults(func=run_gpu)
+
+    t = bsub.add_parser("tune", help="measure the GEMM engine's configurations per shape and M (tuning table)",
+                        description="Time the GEMM engine's candidate configurations (the default, the variants "
+                                    "of its token tile, half the tile, one CTA per SM) for every engine format "
+                                    "and mode on the benchmark's shapes and M = 1 .. 512, next to cuBLAS FP16 "
+                                    "and FP8; choose per format, shape and M the default or a candidate that "
+                                    "beat it by --margin twice; write JSON and markdown, and the engine "
+                                    "entries into a tuning table with --tuning-out.")
+    t.add_argument("-o", "--out", default="out/bench-tune", help="output folder (default out/bench-tune)")
+    _selection(t, int_list(1, "positive integer"), "comma-separated M values (default 1,8,16,32,64,128,256,512; "
+               "NestedFP is swept from 16, below which it runs its streaming kernels)",
+               "nvfp4,mxfp4,razer,razer-g128,nestedfp16,nestedfp8")
+    t.add_argument("--margin", type=positive_float("a fraction", upper=0.4), default=0.03,
+                   help="fraction a candidate must beat the default by, in the sweep and again (default 0.03)")
+    t.add_argument("--tuning-out", help="merge the engine entries into this tuning table (JSON; e.g. "
+                                        "gpu/tuning/h100.json; its other entries are kept)")
+    t.add_argument("--name", default="gpu_engine_tune", help="file name stem (default gpu_engine_tune)")
+    t.set_defaults(func=run_tune)
+
+
+def _check_paths(args):
+    """The output folder, file stem and tuning table, checked before the GPU is touched;
+    returns the folder and the existing table (or None)."""
+    import json
+
+    if not args.name or "/" in args.name or args.name in (".", ".."):
+        raise CliError(f"--name must be a file name stem without '/', got {args.name!r}")
+    out = check_output_dir(args.out)
+    table = None
+    if args.tuning_out:
+        path = check_output_file(args.tuning_out, what="--tuning-out file")
+        if path.exists():
+            try:
+                table = json.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, ValueError) as e:
+                raise CliError(f"--tuning-out file '{args.tuning_out}' is not a readable JSON tuning table: {e}")
+            if not isinstance(table, dict):
+                raise CliError(f"--tuning-out file '{args.tuning_out}' holds JSON but not a tuning table "
+                               "(an object)")
+    return out, table
+
+
+def _need_gpu(what):
+    from mactile.gpu.runtime import gpu_skip_reason
+
+    why = gpu_skip_reason()
+    if why:
+        raise CliError(f"bench {what} needs a CUDA GPU and CuPy: {why}")
+
+
+def _select_shapes(args, gb):
+    if not args.shapes:
+        return gb.SHAPES
+    bad = [i for i in args.shapes if i >= len(gb.SHAPES)]
+    if bad:
+        raise CliError(f"--shapes indices must be in 0..{len(gb.SHAPES) - 1}, got {bad}")
+    return [gb.SHAPES[i] for i in args.shapes]
+
+
+def run_tune(args) -> int:
+    import json
+
+    out, table = _check_paths(args)
+    from mactile.gpu.bench import engine_tune as et
+    if args.formats:
+        bad = [f for f in args.formats if f not in et.TUNE_KINDS]
+        if bad:
+            raise CliError(f"no engine tuning for {bad}; choose from {list(et.TUNE_KINDS)}")
+    from mactile.gpu.bench import gemm_bench as gb
+
+    shapes = _select_shapes(args, gb)
+    _need_gpu("tune")
+    from mactile.gpu.bench.harness import write_json
+
+    res = et.tune_engine(shapes=shapes, Ms=args.m, kinds=args.formats, margin=args.margin)
+    stem = out / args.name
+    md = et.tune_table(res)
+    with atomic_outputs(f"{stem}.json", f"{stem}.md", make_parents=True) as (tj, tm):
+        write_json(res["records"], str(tj), meta={**res["meta"], "engine": res["engine"]})
+        tm.write_text("## GEMM engine tuning sweep\n\n" + md + "\n")
+    if args.tuning_out:
+        merged = et.merge_engine_entries(table, res["engine"])
+        merged["engine_device"] = res["meta"]["device"]["name"]
+        merged["engine_date"] = res["meta"]["device"]["date"]
+        atomic_write(args.tuning_out, json.dumps(merged, indent=1), what="--tuning-out file")
+    print(md)
+    print(f"wrote {stem}.json, {stem}.md" + (f", {args.tuning_out}" if args.tuning_out else ""))
+    return 0
 
 
 def run_gpu(args) -> int:
@@ -43,33 +136,20 @@ def run_gpu(args) -> int:
     from pathlib import Path
 
     # Where the results go is checked before the GPU and the benchmark.
-    if not args.name or "/" in args.name or args.name in (".", ".."):
-        raise CliError(f"--name must be a file name stem without '/', got {args.name!r}")
-    out = check_output_dir(args.out)
-    if args.tuning_out:
-        check_output_file(args.tuning_out, what="--tuning-out file")
-
-    from mactile.gpu.runtime import gpu_skip_reason
-
-    why = gpu_skip_reason()
-    if why:
-        raise CliError(f"bench gpu needs a CUDA GPU and CuPy: {why}")
+    out, old_table = _check_paths(args)
     from mactile.gpu.bench import gemm_bench as gb
-    from mactile.gpu.bench.harness import write_json
 
-    shapes = gb.SHAPES
-    Ms = args.m or gb.M_VALUES
-    if args.quick:
-        shapes, Ms = gb.QUICK_SHAPES, (args.m or [1, 8, 16, 256])
-    if args.shapes:
-        bad = [i for i in args.shapes if i >= len(gb.SHAPES)]
-        if bad:
-            raise CliError(f"--shapes indices must be in 0..{len(gb.SHAPES) - 1}, got {bad}")
-        shapes = [gb.SHAPES[i] for i in args.shapes]
+    shapes = _select_shapes(args, gb)
     if args.formats:
         bad = [f for f in args.formats if f not in gb.KINDS]
         if bad:
             raise CliError(f"unknown formats {bad}; choose from {list(gb.KINDS)}")
+    _need_gpu("gpu")
+    from mactile.gpu.bench.harness import write_json
+
+    Ms = args.m or gb.M_VALUES
+    if args.quick:
+        shapes, Ms = (gb.QUICK_SHAPES if not args.shapes else shapes), (args.m or [1, 8, 16, 256])
     res = gb.run_benchmark(shapes=shapes, Ms=Ms, kinds=args.formats, temperature=args.temperature)
     stem = out / args.name
     table = gb.summary_table(res["records"], Ms=[m for m in (1, 8, 16, 64, 256, 1024, 4096) if m in Ms])
@@ -86,7 +166,8 @@ def run_gpu(args) -> int:
                       + (f"\n## ReSET temperature step\n\n{ttable}\n" if ttable else ""))
         tc.write_text(json.dumps(cx, indent=1))
     if args.tuning_out:
-        atomic_write(args.tuning_out, json.dumps(cx, indent=1), what="--tuning-out file")
+        merged = {**(old_table or {}), **cx}  # the crossover replaced, the engine entries kept
+        atomic_write(args.tuning_out, json.dumps(merged, indent=1), what="--tuning-out file")
     try:
         with atomic_outputs(f"{stem}.png") as (tp,):
             gb.plot(res["records"], str(tp))

@@ -62,6 +62,7 @@ def d(tmp_path, monkeypatch):
     (tmp_path / "bad.yaml").write_text("lanes: [1, 2\n")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     (tmp_path / "unknown.yaml").write_text("nope: 3\n")
+    (tmp_path / "list.json").write_text("[1, 2]\n")
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir.npy").mkdir()
     os.mkfifo(tmp_path / "fifo")
@@ -221,6 +222,20 @@ CASES = [
      r"--name must be a file name stem without '/', got 'a/b'"),
     ("bench-tuning-out-dir", ["bench", "gpu", "-o", "{d}/b", "--tuning-out", "{d}/dir"], 2,
      r"--tuning-out file '{d}/dir' is a directory"),
+    ("bench-tuning-out-not-json", ["bench", "gpu", "-o", "{d}/b", "--tuning-out", "{d}/text.txt"], 2,
+     r"--tuning-out file '{d}/text.txt' is not a readable JSON tuning table"),
+    ("bench-formats-unknown", ["bench", "gpu", "-o", "{d}/b", "--formats", "nvfp5"], 2,
+     r"unknown formats \['nvfp5'\]"),
+    # bench tune: every check before the GPU
+    ("tune-m-zero", ["bench", "tune", "--m", "8,0"], 2, r"argument --m: expected a positive integer, got 0"),
+    ("tune-margin-big", ["bench", "tune", "--margin", "0.9"], 2,
+     r"argument --margin: expected a fraction in \(0, 0.4\], got '0.9'"),
+    ("tune-format-not-engine", ["bench", "tune", "-o", "{d}/b", "--formats", "flexq-w6a6"], 2,
+     r"no engine tuning for \['flexq-w6a6'\]"),
+    ("tune-table-not-object", ["bench", "tune", "-o", "{d}/b", "--tuning-out", "{d}/list.json"], 2,
+     r"--tuning-out file '{d}/list.json' holds JSON but not a tuning table"),
+    ("tune-shapes-range", ["bench", "tune", "-o", "{d}/b", "--shapes", "9"], 2,
+     r"--shapes indices must be in 0..8, got \[9\]"),
     # generate (rows 8, 13, 14)
     ("gen-lanes-zero", ["generate", "nvfp4-decoder", "--lanes", "0", "-o", "{d}/g"], 2,
      r"nvfp4-decoder: lanes must be >= 1, got 0"),

@@ -98,9 +98,12 @@ def test_engine_choice():
     t = {"engine": [{"format": "nvfp4", "K": 4096, "N": 4096, "M": 16, "config": [16, 12, 4, 0, 1]},
                     {"format": "nvfp4", "K": 4096, "N": 4096, "M": 256, "config": [256, 5, 2, 0, 0]},
                     {"format": "nvfp4", "K": 8192, "N": 8192, "M": 256, "config": [128, 9, 2, 0, 0]}]}
-    assert engine_choice(t, "nvfp4", 4096, 4096, 3)[0] == e.EngineConfig(16, 12, 4, 0, 1)
-    assert engine_choice(t, "nvfp4", 4096, 4096, 17)[0] == e.EngineConfig(256, 5, 2, 0, 0)
-    assert engine_choice(t, "nvfp4", 4096, 4096, 9999)[0] == e.EngineConfig(256, 5, 2, 0, 0)
+    assert engine_choice(t, "nvfp4", 4096, 4096, 9)[0] == e.EngineConfig(16, 12, 4, 0, 1)
+    assert engine_choice(t, "nvfp4", 4096, 4096, 8)[0] is None  # another token tile: the default
+    assert engine_choice(t, "nvfp4", 4096, 4096, 3)[0] is None
+    assert engine_choice(t, "nvfp4", 4096, 4096, 17)[0] is None
+    assert engine_choice(t, "nvfp4", 4096, 4096, 129)[0] == e.EngineConfig(256, 5, 2, 0, 0)
+    assert engine_choice(t, "nvfp4", 4096, 4096, 9999)[0] is None  # above every measured M: the default
     assert engine_choice(t, "nvfp4", 7000, 9000, 200)[0] == e.EngineConfig(128, 9, 2, 0, 0)
     assert engine_choice(t, "razer", 4096, 4096, 16)[0] is None
     assert engine_choice(None, "nvfp4", 4096, 4096, 16)[0] is None
@@ -131,6 +134,48 @@ def test_default_instances_compile_without_spills():
     for k, r in rep.kernels.items():
         name = next((n for n in names if _mangled(n) == k), k)
         assert r.get("spill_stores", 0) <= allowed.get(name, 0), (name, r)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.slow
+def test_tuning_candidates_compile_without_spills():
+    """Every configuration a tuning sweep may choose (the candidates that are not
+    defaults; stream-K stripes, the same code as the other partitions around the loop): no
+    local memory, no serialised wgmma. The variants that spilled (four warpgroups batched
+    at 64 tokens, four for razer-g128, NestedFP beyond its four-warpgroup tile, NestedFP16
+    batched at 128) are not candidates (``engine._variants``)."""
+    from mactile.gpu.runtime import nvcc_check
+    defaults = {e.engine_name(f, e.config_for(f, bn, nb)) for f in ENGINE_FORMATS for bn in (8, 16, 32, 64, 128, 256)
+                for nb in (None, 0)}
+    names = sorted({e.engine_name(f, c) for f, c in e.instances()} - defaults)
+    assert len(names) >= 30
+    keep = ",\n".join(f"  (void*)&{n}" for n in names)
+    rep = nvcc_check(e.engine_source() + "\nnamespace { void* keep_[] = {\n" + keep + "\n}; }\n",
+                     extra=("-diag-suppress", "177"))
+    assert "C751" not in rep.log, [ln for ln in rep.log.splitlines() if "C751" in ln]
+    for k, r in rep.kernels.items():
+        assert r.get("spill_stores", 0) == 0, (next((n for n in names if _mangled(n) == k), k), r)
+
+
+def test_tuning_candidates():
+    """The default first, no duplicates, every candidate prebuilt, the CTA-count candidate
+    only with ``sms``; none of the variants that spilled."""
+    built = {(f, e.engine_name(f, c)) for f, c in e.instances()}
+    for f in ENGINE_FORMATS:
+        for M in (16, 32, 64, 128, 256, 512):
+            for nb in (None, 9 << 20, 80 << 20):
+                cands = e.tuning_candidates(f, M, nb, sms=132)
+                assert cands[0] == e.config_for(f, M, nb)
+                keys = [(c.bn, c.stages, c.wgs, c.n_ctas, c.schedule) for c in cands]
+                assert len(set(keys)) == len(keys) >= 3
+                assert all((f, e.engine_name(f, c)) in built for c in cands)
+                assert sum(c.n_ctas == 132 for c in cands) == 1
+                assert not any(c.n_ctas for c in e.tuning_candidates(f, M, nb))
+                for c in cands:
+                    assert c.wgs == 2 or c.bn <= {"razer-g128": 0, "nestedfp16": 16, "nestedfp8": 32}.get(f, 64)
+                    assert not (c.wgs == 4 and c.schedule == 1 and c.bn > 32)
+    # half the token tile is a candidate: NestedFP16 at M = 256 may run 128-token tiles
+    assert any(c.bn == 128 for c in e.tuning_candidates("nestedfp16", 256))
 
 
 def _mangled(expr):

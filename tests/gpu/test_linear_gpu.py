@@ -12,7 +12,7 @@ pytestmark = GPU
 TABLE = {"crossover": [{"format": "razer", "N": 4096, "K": 4096, "crossover_m": 2},
                        {"format": "razer", "N": 256, "K": 512, "crossover_m": 0}],
          "engine": [{"format": "razer", "N": 1024, "K": 2048, "M": 16, "config": [16, 6, 2, 0, 1]},
-                    {"format": "razer", "N": 1024, "K": 2048, "M": 256, "config": [128, 4, 2, 3, 0]}]}
+                    {"format": "razer", "N": 1024, "K": 2048, "M": 40, "config": [128, 4, 2, 3, 0]}]}
 
 
 def test_dispatch_and_linear(rng):
@@ -22,10 +22,12 @@ def test_dispatch_and_linear(rng):
     pw = pack_w4a16(q).to(cp)
     assert dispatch(pw, 1, table=TABLE).kernel == "cc"
     assert dispatch(pw, 3, table=TABLE).kernel == "engine"
-    assert dispatch(pw, 3, table=TABLE).config == EngineConfig(16, 6, 2, 0, 1)  # nearest M >= 3
-    assert dispatch(pw, 20, table=TABLE).config == EngineConfig(128, 4, 2, 3, 0)
+    assert dispatch(pw, 3, table=TABLE).config is None  # no M measured in its token tile: the default
+    assert dispatch(pw, 12, table=TABLE).config == EngineConfig(16, 6, 2, 0, 1)  # nearest M >= 12
+    assert dispatch(pw, 33, table=TABLE).config == EngineConfig(128, 4, 2, 3, 0)
+    assert dispatch(pw, 41, table=TABLE).config is None
     assert dispatch(pw, 1, table=None).kernel == "engine"
-    for M, fn, kw in ((1, gemv_cc, {}), (4, gemm_tc, {"cfg": EngineConfig(16, 6, 2, 0, 1)}),
+    for M, fn, kw in ((1, gemv_cc, {}), (4, gemm_tc, {}), (12, gemm_tc, {"cfg": EngineConfig(16, 6, 2, 0, 1)}),
                       (40, gemm_tc, {"cfg": EngineConfig(128, 4, 2, 3, 0)})):
         x = cp.asarray(rng.standard_normal((M, pw.K)).astype(np.float16))
         a = linear(x, pw, table=TABLE, out_dtype=np.float32).get()

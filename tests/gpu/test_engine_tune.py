@@ -1,0 +1,83 @@
+"""The engine's tuning sweep (``mactile bench tune``): its table entries, the merge into a
+tuning table, the markdown; on the GPU a small sweep whose entries ``linear`` then uses."""
+import numpy as np
+import pytest
+
+from fp4_gpu_util import GPU
+from mactile.gpu import engine as e
+from mactile.gpu.bench.engine_tune import config_list, merge_engine_entries, tune_table
+from mactile.gpu.tuning import engine_choice
+
+
+def _entry(fmt, K, N, M, cfg, t=10.0, d=10.0):
+    return {"format": fmt, "K": K, "N": N, "M": M, "config": cfg, "time_us": t, "default_us": d,
+            "cublas_fp16_us": 20.0}
+
+
+def test_merge_keeps_crossover_and_other_entries():
+    old = {"crossover": [{"format": "nvfp4", "N": 1, "K": 1, "crossover_m": 0}],
+           "engine": [_entry("nvfp4", 4096, 4096, 16, [16, 12, 4, 0, 1]),
+                      _entry("razer", 4096, 4096, 16, [16, 12, 4, 0, 1])]}
+    new = [_entry("nvfp4", 4096, 4096, 16, [16, 12, 2, 0, 0], 9.0), _entry("nvfp4", 4096, 4096, 64, [64, 12, 2, 0, 1])]
+    m = merge_engine_entries(old, new)
+    assert m["crossover"] == old["crossover"]
+    assert len(m["engine"]) == 3
+    assert engine_choice(m, "nvfp4", 4096, 4096, 16)[0] == e.EngineConfig(16, 12, 2, 0, 0)  # replaced
+    assert engine_choice(m, "razer", 4096, 4096, 16)[0] == e.EngineConfig(16, 12, 4, 0, 1)  # kept
+    assert engine_choice(m, "nvfp4", 4096, 4096, 65)[0] is None  # above every measured M
+    assert merge_engine_entries(None, new)["engine"] == sorted(new, key=lambda x: x["M"])
+    assert old["engine"][0]["config"] == [16, 12, 4, 0, 1]  # the input is not changed
+
+
+def test_default_entries_follow_the_engine_default():
+    """An entry where no candidate beat the default names the default measured then; the
+    lookup takes the engine's current default for it (a later config_for change shows) and
+    it is not prebuilt as a table configuration."""
+    t = {"engine": [{**_entry("nvfp4", 4096, 4096, 64, [64, 11, 4, 0, 0]), "default": True},
+                    {**_entry("nvfp4", 4096, 4096, 256, [128, 9, 2, 0, 0]), "default": False}]}
+    cfg, why = engine_choice(t, "nvfp4", 4096, 4096, 64)
+    assert cfg is None and "default was fastest" in why
+    assert engine_choice(t, "nvfp4", 4096, 4096, 256)[0] == e.EngineConfig(128, 9, 2, 0, 0)
+
+
+def test_config_list_round_trips():
+    for c in e.tuning_candidates("nvfp4", 64, 9 << 20, sms=132):
+        assert e.EngineConfig(*config_list(c)) == e.EngineConfig(c.bn, c.stages, c.wgs, c.n_ctas, c.schedule)
+
+
+def test_tune_table_reports_gain():
+    res = {"engine": [{**_entry("nvfp4", 4096, 4096, 16, [16, 12, 4, 0, 1]), "default": True},
+                      {**_entry("nvfp4", 8192, 8192, 16, [16, 12, 2, 0, 0], t=8.0, d=10.0), "sweep_us": 7.9}]}
+    md = tune_table(res)
+    assert "| nvfp4 | 4096x4096 | 16 | 10.0 | default | 10.0 | 1.000 | 2.00x |" in md, md
+    assert "| nvfp4 | 8192x8192 | 16 | 10.0 | [16, 12, 2, 0, 0] | 8.0 | 1.250 | 2.50x |" in md
+    assert "| nvfp4 | 1.118 |" in md  # geometric mean of 1.0 and 1.25
+
+
+@GPU[0]
+@GPU[1]
+def test_small_sweep_on_the_gpu():
+    """A sweep of one small shape: an entry per format and M, every candidate checked before
+    timing, the chosen configuration one of the candidates, and ``linear`` with the merged
+    table runs it (bitwise the same as the engine launched with that configuration)."""
+    from fp4_gpu_util import cupy
+    cp = cupy()
+    from mactile.gpu import gemm_tc, linear
+    from mactile.gpu.bench.engine_tune import tune_engine
+    from mactile.gpu.bench.gemm_bench import FORMATS, random_quantized
+    from mactile.gpu.packing import pack_w4a16
+    logs = []
+    res = tune_engine(shapes=[("test", "t", 1024, 512)], Ms=[16, 40], kinds=["nvfp4", "nestedfp16"], log=logs.append)
+    assert {(x["format"], x["M"]) for x in res["engine"]} == {(f, m) for f in ("nvfp4", "nestedfp16") for m in (16, 40)}
+    for x in res["engine"]:
+        nb = None if x["format"] == "nestedfp16" else 1 << 20  # a small layer, as the packed one
+        cands = [config_list(c) for c in e.tuning_candidates(x["format"], x["M"], nb, sms=res["meta"]["sms"])]
+        assert x["config"] in cands and x["candidates"] == len(cands)
+        assert x["default"] == (x["config"] == cands[0])
+    assert all(r["time_us"] and r["check"] and not r["error"] for r in res["records"]), logs
+    table = merge_engine_entries(None, res["engine"])
+    rng = np.random.default_rng(3)
+    pw = pack_w4a16(random_quantized(FORMATS["nvfp4"], 512, 1024, rng)).to(cp)
+    x = cp.asarray(rng.standard_normal((40, 1024)).astype(np.float16))
+    cfg = engine_choice(table, "nvfp4", 1024, 512, 40)[0]
+    np.testing.assert_array_equal(linear(x, pw, table=table).get(), gemm_tc(x, pw, cfg=cfg).get())
