@@ -81,3 +81,63 @@ def test_small_sweep_on_the_gpu():
     x = cp.asarray(rng.standard_normal((40, 1024)).astype(np.float16))
     cfg = engine_choice(table, "nvfp4", 1024, 512, 40)[0]
     np.testing.assert_array_equal(linear(x, pw, table=table).get(), gemm_tc(x, pw, cfg=cfg).get())
+
+
+def _fake_timing(monkeypatch, retimes):
+    """``time_launches`` replaced by the next of ``retimes`` (us) for each re-timing."""
+    import mactile.gpu.bench.engine_tune as et
+    from mactile.gpu.bench.harness import Timing
+    it = iter(retimes)
+    monkeypatch.setattr(et, "time_launches", lambda fn, n_sets: Timing(next(it), 0, 0, 1, 1, n_sets, "graph"))
+
+
+@pytest.mark.parametrize("sweep, again, kept", [
+    ((10.0, 9.5), None, False),          # 5% faster in the sweep ... below a 6% margin: not re-timed
+    ((10.0, 9.0), (9.6, 10.0), False),  # 10% in the sweep, 4% again: not confirmed
+    ((10.0, 9.0), (9.3, 10.0), True),   # 10% and 7%: kept
+])
+def test_choice_needs_the_margin_twice(monkeypatch, sweep, again, kept):
+    """The winner's-curse rule: a candidate replaces the default only when it beat it by the
+    margin in the sweep and again when both are re-timed (best first, then the default)."""
+    from mactile.gpu.bench.engine_tune import _choose
+    d, alt = e.config_for("nvfp4", 64), e.EngineConfig(64, 12, 2, 0, 1)
+    _fake_timing(monkeypatch, again or ())
+    logs = []
+    entry = _choose("nvfp4", 4096, 4096, 64, d, [(sweep[0], d, None), (sweep[1], alt, None)], 0.06, 2, logs.append)
+    assert entry["default"] is not kept
+    assert entry["config"] == config_list(alt if kept else d)
+    assert bool(logs) == (again is not None)  # re-timed only when the sweep showed the margin
+    if kept:
+        assert (entry["time_us"], entry["default_us"], entry["sweep_us"]) == (9.3, 10.0, 9.0)
+
+
+def test_failed_default_gives_no_entry():
+    from mactile.gpu.bench.engine_tune import _choose
+    alt = e.EngineConfig(64, 12, 2, 0, 1)
+    assert _choose("nvfp4", 4096, 4096, 64, e.config_for("nvfp4", 64), [(9.0, alt, None)], 0.03, 2, lambda s: None) is None
+
+
+@GPU[0]
+@GPU[1]
+def test_a_wrong_candidate_is_never_chosen(monkeypatch):
+    """A candidate whose output is wrong (here: the one-CTA-per-SM candidate with 1 added to
+    every output) fails its check, is recorded with the error and no time, and is not chosen."""
+    import mactile.gpu.bench.engine_tune as et
+    real = et._launcher
+
+    def broken(kind, sets, xs, ys, cfg):
+        fn = real(kind, sets, xs, ys, cfg)
+        if not cfg.n_ctas:
+            return fn
+
+        def wrong(i):
+            fn(i)
+            ys[i] += 1
+        return wrong
+    monkeypatch.setattr(et, "_launcher", broken)
+    logs = []
+    res = et.tune_engine(shapes=[("test", "t", 1024, 512)], Ms=[16], kinds=["nvfp4"], log=logs.append)
+    bad = [r for r in res["records"] if r["config"][3]]
+    assert len(bad) == 1 and bad[0]["time_us"] is None and "exceeds" in bad[0]["error"], bad
+    assert any("FAILED" in s for s in logs)
+    assert [x["config"][3] for x in res["engine"]] == [0]
