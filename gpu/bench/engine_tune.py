@@ -139,7 +139,7 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
                                "error": err}))
                     if t is not None:
                         timed.append((t.median_us, cfg, fn))
-                entry = _choose(kind, K, N, M, default, timed, margin, n, log)
+                entry = _choose(kind, K, N, M, default, timed, margin, n, log, sms)
                 if entry:
                     entry.update({"cublas_fp16_us": b_us.get("fp16"), "cublas_fp8_us": b_us.get("fp8")})
                     entries.append(entry)
@@ -159,7 +159,7 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
     return {"meta": meta, "records": records, "engine": entries}
 
 
-def _choose(kind, K, N, M, default, timed, margin, n, log):
+def _choose(kind, K, N, M, default, timed, margin, n, log, sms=0):
     """The table entry of one (format, shape, M): the confirmed winner, else the default."""
     d = next((t for t in timed if t[1] == default), None)
     if d is None:
@@ -175,7 +175,9 @@ def _choose(kind, K, N, M, default, timed, margin, n, log):
         log(f"  {kind:<11} {K}x{N} M={M:<4} {config_list(best[1])} {best[0]:.1f}/{d[0]:.1f} us, "
             f"again {t_best:.1f}/{t_def:.1f} us: {'kept' if won else 'not confirmed'}")
         if won:
-            entry.update({"config": config_list(best[1]), "default": False, "time_us": t_best, "default_us": t_def,
+            # one CTA per SM is stored as such: the lookup gives another device its own count
+            entry.update({"config": config_list(best[1]), "default": False, "ctas_per_sm": best[1].n_ctas == sms,
+                          "time_us": t_best, "default_us": t_def,
                           "sweep_us": best[0], "sweep_default_us": d[0]})
     return entry
 

@@ -4,7 +4,8 @@
 written by ``mactile bench gpu``) and the GEMM engine's configurations measured per weight
 format, shape ``(K, N)`` and token count ``M`` (``engine``, written by ``mactile bench tune``,
 :mod:`mactile.gpu.bench.engine_tune`: a candidate that beat the default by a margin twice, or
-``"default": true`` where none did).
+``"default": true`` where none did; ``"ctas_per_sm": true`` where the choice was one CTA per
+SM, which the lookup turns into the current device's SM count).
 :func:`engine_choice` looks up the entry of the nearest measured shape (log distance in N and
 K) and the smallest measured M at or above the request within the request's token tile
 (:func:`token_bucket`: 8, 16, 32, 64, 128, 256 and above); requests with no such M (M = 1..8
@@ -72,7 +73,11 @@ def engine_choice(table: dict | None, fmt: str, K: int, N: int, M: int):
     e = min(above, key=lambda e: e["M"])
     if e.get("default"):
         return None, f"the default was fastest at K={e['K']} N={e['N']} M={e['M']}"
-    return EngineConfig(*e["config"]), f"measured at K={e['K']} N={e['N']} M={e['M']}"
+    cfg = EngineConfig(*e["config"])
+    if e.get("ctas_per_sm"):  # measured as one CTA per SM: this device's count
+        from ..runtime import sm_count  # noqa: PLC0415
+        cfg = EngineConfig(cfg.bn, cfg.stages, cfg.wgs, sm_count(), cfg.sched)
+    return cfg, f"measured at K={e['K']} N={e['N']} M={e['M']}"
 
 
 def engine_table_configs() -> list:

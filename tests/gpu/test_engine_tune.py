@@ -111,6 +111,21 @@ def test_choice_needs_the_margin_twice(monkeypatch, sweep, again, kept):
         assert (entry["time_us"], entry["default_us"], entry["sweep_us"]) == (9.3, 10.0, 9.0)
 
 
+def test_one_cta_per_sm_follows_the_device(monkeypatch):
+    """A choice of one CTA per SM is stored as such (``ctas_per_sm``) and looked up as the
+    current device's SM count (an H100 PCIe has 114, the sweep's H100 SXM 132)."""
+    import mactile.gpu.runtime as rt
+    from mactile.gpu.bench.engine_tune import _choose
+    d, alt = e.config_for("nvfp4", 8), e.EngineConfig(8, 12, 4, 132, 1)
+    _fake_timing(monkeypatch, (9.0, 10.0))
+    entry = _choose("nvfp4", 4096, 4096, 8, d, [(10.0, d, None), (9.0, alt, None)], 0.03, 2, lambda s: None, sms=132)
+    assert entry["ctas_per_sm"] and entry["config"][3] == 132
+    monkeypatch.setattr(rt, "sm_count", lambda device=None: 114)
+    assert engine_choice({"engine": [entry]}, "nvfp4", 4096, 4096, 1)[0] == e.EngineConfig(8, 12, 4, 114, 1)
+    fixed = {**entry, "ctas_per_sm": False}
+    assert engine_choice({"engine": [fixed]}, "nvfp4", 4096, 4096, 1)[0].n_ctas == 132
+
+
 def test_failed_default_gives_no_entry():
     from mactile.gpu.bench.engine_tune import _choose
     alt = e.EngineConfig(64, 12, 2, 0, 1)
