@@ -104,6 +104,10 @@ def run_tune(args) -> int:
     import json
 
     out, table = _check_paths(args)
+    eng = (table or {}).get("engine", [])
+    if not isinstance(eng, list) or not all(isinstance(e, dict) and {"format", "K", "N", "M"} <= e.keys() for e in eng):
+        raise CliError(f"--tuning-out file '{args.tuning_out}': its 'engine' entries are not a list of "
+                       "{format, K, N, M, config} objects")
     from mactile.gpu.bench import engine_tune as et
     if args.formats:
         bad = [f for f in args.formats if f not in et.TUNE_KINDS]

@@ -63,6 +63,7 @@ def d(tmp_path, monkeypatch):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     (tmp_path / "unknown.yaml").write_text("nope: 3\n")
     (tmp_path / "list.json").write_text("[1, 2]\n")
+    (tmp_path / "badtable.json").write_text('{"engine": [{"format": "nvfp4"}]}\n')
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir.npy").mkdir()
     os.mkfifo(tmp_path / "fifo")
@@ -234,6 +235,8 @@ CASES = [
      r"no engine tuning for \['flexq-w6a6'\]"),
     ("tune-table-not-object", ["bench", "tune", "-o", "{d}/b", "--tuning-out", "{d}/list.json"], 2,
      r"--tuning-out file '{d}/list.json' holds JSON but not a tuning table"),
+    ("tune-table-bad-entries", ["bench", "tune", "-o", "{d}/b", "--tuning-out", "{d}/badtable.json"], 2,
+     r"--tuning-out file '{d}/badtable.json': its 'engine' entries are not a list"),
     ("tune-shapes-range", ["bench", "tune", "-o", "{d}/b", "--shapes", "9"], 2,
      r"--shapes indices must be in 0..8, got \[9\]"),
     # generate (rows 8, 13, 14)
