@@ -26,9 +26,10 @@ import time
 import numpy as np
 
 from ..runtime import device_info, require_cupy, sm_count
-from .harness import make_record, rotation_count, time_launches, torch_baselines
+from .harness import time_launches, torch_baselines
 
-__all__ = ["TUNE_KINDS", "TUNE_M", "tune_engine", "tune_table", "merge_engine_entries", "config_list"]
+__all__ = ["TUNE_KINDS", "TUNE_M", "tune_engine", "tune_table", "merge_engine_entries", "config_list",
+           "sweep_record"]
 
 #: Formats and modes the engine runs (names of the benchmark's ``KINDS``).
 TUNE_KINDS = ("nvfp4", "mxfp4", "razer", "razer-g128", "nestedfp16", "nestedfp8")
@@ -46,24 +47,6 @@ def config_list(cfg) -> list[int]:
     return [cfg.bn, cfg.stages, cfg.wgs, cfg.n_ctas, cfg.schedule]
 
 
-def _fp4_sets(cp, fmt, N, K, rng, l2):
-    from ..packing import pack_w4a16
-    from .gemm_bench import FORMATS, _copy, random_quantized
-    q = random_quantized(FORMATS[fmt], N, K, rng)
-    pw = pack_w4a16(q, layouts=("frag",), xp=cp)
-    n = rotation_count(pw.nbytes("frag"), l2_bytes=l2)
-    return q, [pw] + [_copy(pw) for _ in range(n - 1)], pw.nbytes("frag")
-
-
-def _nfp_sets(cp, N, K, rng, l2):
-    from ..nestedfp.kernels import NestedFPLinear
-    from .gemm_bench import _nfp_copy
-    w = (rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
-    first = NestedFPLinear(cp.asarray(w))
-    n = rotation_count(first.upper.nbytes * 2, l2_bytes=l2)
-    return w, [first] + [_nfp_copy(first) for _ in range(n - 1)]
-
-
 def _launcher(kind, sets, xs, ys, cfg):
     if kind.startswith("nestedfp"):
         mode = "fp16" if kind == "nestedfp16" else "fp8"
@@ -79,7 +62,7 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
     cp = require_cupy()
     from ..engine import config_for, tuning_candidates
     from ..nestedfp.kernels import STREAM_MAX_M
-    from .gemm_bench import SHAPES, _check
+    from .gemm_bench import SHAPES, _check, fp4_weight_sets, nestedfp_weight_sets
     if not 0.0 <= margin < 0.5:
         raise ValueError(f"margin must lie in [0, 0.5), got {margin}")
     shapes = shapes or SHAPES
@@ -100,11 +83,12 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
         for kind in kinds:
             if kind.startswith("nestedfp"):
                 if "nestedfp" not in weights:
-                    weights["nestedfp"] = _nfp_sets(cp, N, K, rng, l2)
+                    weights["nestedfp"] = nestedfp_weight_sets(cp, N, K, rng, l2)
                 w, sets = weights["nestedfp"]
                 weights[kind] = (w, sets, sets[0].upper.nbytes * (2 if kind == "nestedfp16" else 1))
             else:
-                weights[kind] = _fp4_sets(cp, kind, N, K, rng, l2)
+                q, sets = fp4_weight_sets(cp, kind, N, K, rng, l2, layouts=("frag",))
+                weights[kind] = (q, sets, sets[0].nbytes("frag"))
         for M in Ms:
             x_host = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
             base = torch_baselines(M, N, K, kinds=("fp16", "fp8"), l2_bytes=l2)
@@ -131,12 +115,7 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
                     except Exception as e:  # noqa: BLE001 - recorded, printed, not chosen
                         t, chk, err = None, {}, f"{type(e).__name__}: {e}"[:400]
                         log(f"  {kind} {config_list(cfg)} M={M}: FAILED {err}")
-                    records.append(make_record(
-                        kernel="engine", format=kind, K=K, N=N, M=M, timing=t, bytes_moved=wb + M * K * 2 + M * N * 2,
-                        baseline_fp16_us=b_us.get("fp16"), read_peak_tbps=None, device=info,
-                        extra={"model": model, "layer": layer, "config": config_list(cfg),
-                               "default": cfg == default, "cublas_fp8_us": b_us.get("fp8"), "check": chk,
-                               "error": err}))
+                    records.append(sweep_record(kind, K, N, M, model, layer, cfg, cfg == default, t, b_us, chk, err))
                     if t is not None:
                         timed.append((t.median_us, cfg, fn))
                 entry = _choose(kind, K, N, M, default, timed, margin, n, log, sms)
@@ -157,6 +136,16 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
                       f"default only when {100 * margin:.0f}% faster in the sweep and in a second back-to-back "
                       "timing of both"}
     return {"meta": meta, "records": records, "engine": entries}
+
+
+def sweep_record(kind, K, N, M, model, layer, cfg, is_default, t, b_us, chk, err) -> dict:
+    """One timed candidate. Lean on purpose (thousands per sweep): the device, date and
+    versions are the sweep's ``meta``, not repeated per record."""
+    return {"format": kind, "K": K, "N": N, "M": M, "model": model, "layer": layer, "config": config_list(cfg),
+            "default": is_default, "time_us": t.median_us if t else None,
+            "p10_us": t.p10_us if t else None, "p90_us": t.p90_us if t else None,
+            "launches": t.launches if t else None, "n_sets": t.n_sets if t else None,
+            "cublas_fp16_us": b_us.get("fp16"), "cublas_fp8_us": b_us.get("fp8"), "check": chk, "error": err}
 
 
 def _choose(kind, K, N, M, default, timed, margin, n, log, sms=0):

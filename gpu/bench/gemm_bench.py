@@ -159,17 +159,10 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
     extra = {"model": model, "layer": layer}
     weights = {}
     for kind in kinds:
-        if kind in FORMATS:
-            q = random_quantized(FORMATS[kind], N, K, ctx.rng)
-            pw = pack_w4a16(q, xp=cp)  # packed on the GPU; every layout the format's kernels read
-            n_sets = rotation_count(pw.nbytes("frag"), l2_bytes=l2)
-            weights[kind] = (q, [pw] + [_copy(pw) for _ in range(n_sets - 1)])
+        if kind in FORMATS:  # every layout the format's kernels read
+            weights[kind] = fp4_weight_sets(cp, kind, N, K, ctx.rng, l2)
         elif kind.startswith("nestedfp") and "nestedfp" not in weights:
-            from ..nestedfp.kernels import NestedFPLinear
-            w = (ctx.rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
-            first = NestedFPLinear(cp.asarray(w))
-            n_sets = rotation_count(first.upper.nbytes * 2, l2_bytes=l2)
-            weights["nestedfp"] = (w, [first] + [_nfp_copy(first) for _ in range(n_sets - 1)])
+            weights["nestedfp"] = nestedfp_weight_sets(cp, N, K, ctx.rng, l2)
         elif kind == "flexq-w6a6":
             from ..flexq.kernels import FlexQLinear
             w = (ctx.rng.standard_normal((N, K)) * 0.05).astype(np.float16)
@@ -310,6 +303,25 @@ def bench_temperature(ctx, *, batches=(1, 8), vocab=151936, clusters=(8, 16)):
                                                extra={"model": "ReSET sampler", "layer": f"batch {B}",
                                                       "cluster": cl}))
                 ctx.log(f"reset_temperature cluster={cl} B={B} V={vocab} {np.dtype(dt).name}: {t.median_us:.2f} us")
+
+
+def fp4_weight_sets(cp, fmt: str, N: int, K: int, rng, l2: int, layouts=None):
+    """``(q, sets)``: a random golden weight of format ``fmt`` and its packing on the GPU
+    (``layouts``, default every layout), copied into enough sets to rotate over >= 4x L2."""
+    q = random_quantized(FORMATS[fmt], N, K, rng)
+    pw = pack_w4a16(q, layouts=layouts, xp=cp)
+    n_sets = rotation_count(pw.nbytes("frag"), l2_bytes=l2)
+    return q, [pw] + [_copy(pw) for _ in range(n_sets - 1)]
+
+
+def nestedfp_weight_sets(cp, N: int, K: int, rng, l2: int):
+    """``(w, layers)``: a random FP16 weight (NestedFP-eligible range) and its
+    ``NestedFPLinear``, copied into enough layers to rotate over >= 4x L2."""
+    from ..nestedfp.kernels import NestedFPLinear
+    w = (rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
+    first = NestedFPLinear(cp.asarray(w))
+    n_sets = rotation_count(first.upper.nbytes * 2, l2_bytes=l2)
+    return w, [first] + [_nfp_copy(first) for _ in range(n_sets - 1)]
 
 
 def _copy(pw):

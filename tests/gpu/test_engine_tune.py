@@ -126,6 +126,20 @@ def test_one_cta_per_sm_follows_the_device(monkeypatch):
     assert engine_choice({"engine": [fixed]}, "nvfp4", 4096, 4096, 1)[0].n_ctas == 132
 
 
+def test_sweep_record_is_lean():
+    """A sweep record carries the candidate and its timing; the device, date and versions
+    are the sweep's meta (2000-odd records per sweep)."""
+    from mactile.gpu.bench.engine_tune import sweep_record
+    from mactile.gpu.bench.harness import Timing
+    c = e.EngineConfig(64, 12, 2, 132, 1)
+    r = sweep_record("nvfp4", 4096, 4096, 64, "m", "l", c, False, Timing(9.0, 8.9, 9.2, 200, 15, 8, "graph"),
+                     {"fp16": 20.0, "fp8": 12.0}, {"max_ratio_to_bound": 0.3}, "")
+    assert r["config"] == [64, 12, 2, 132, 1] and (r["time_us"], r["p10_us"], r["p90_us"]) == (9.0, 8.9, 9.2)
+    assert r["cublas_fp16_us"] == 20.0 and not {"device", "versions", "date"} & r.keys()
+    failed = sweep_record("nvfp4", 4096, 4096, 64, "m", "l", c, False, None, {}, {}, "AssertionError: x")
+    assert failed["time_us"] is None and failed["error"]
+
+
 def test_failed_default_gives_no_entry():
     from mactile.gpu.bench.engine_tune import _choose
     alt = e.EngineConfig(64, 12, 2, 0, 1)
