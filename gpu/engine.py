@@ -208,6 +208,10 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     if small_256 and bn == 256 and M <= 256 and nbytes <= SMALL_LAYER_BYTES_256:
         bn = 128
     wgs = 4 if bn <= wgs4_max else 2
+    if tr["A_SRC"] != "A_FRAG" and bn == 8:
+        # NestedFP at 8 tokens: two warpgroups, twice the stages (12 x 16 KB), were faster
+        # than four on 7 of the 9 benchmark shapes in both modes (H100, 2026-11-27: 1-4%)
+        wgs = 2
     if small_fp4 and bn == 64 and nbytes <= SMALL_LAYER_BYTES_64:
         wgs = 2
     # razer-g128: batched at every tile since its rescaled accumulators (one tile) left the

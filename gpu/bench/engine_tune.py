@@ -35,9 +35,7 @@ __all__ = ["TUNE_KINDS", "TUNE_M", "tune_engine", "tune_table", "merge_engine_en
 TUNE_KINDS = ("nvfp4", "mxfp4", "razer", "razer-g128", "nestedfp16", "nestedfp8")
 #: Default token counts of the sweep: up to 512, where the token tile is M's own or half of
 #: it (from 1024 up every format runs 256-token tiles, 128 for NestedFP8, whose alternatives
-#: lost 18-40% when measured, docs/gpu.md). M = 1 and 8 are the FP4 formats' decode tile
-#: (8 tokens); NestedFP runs its streaming kernels there (on every benchmark shape but FP8
-#: mode's 4096x28672) and is not swept below 16.
+#: lost 18-40% when measured, docs/gpu.md). M = 1 and 8 are the decode tile (8 tokens).
 TUNE_M = (1, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -61,7 +59,6 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
     entries, one per format, shape and M)."""
     cp = require_cupy()
     from ..engine import config_for, tuning_candidates
-    from ..nestedfp.kernels import STREAM_MAX_M
     from .gemm_bench import SHAPES, _check, fp4_weight_sets, nestedfp_weight_sets
     if not 0.0 <= margin < 0.5:
         raise ValueError(f"margin must lie in [0, 0.5), got {margin}")
@@ -94,9 +91,6 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
             base = torch_baselines(M, N, K, kinds=("fp16", "fp8"), l2_bytes=l2)
             b_us = {k: (b.timing.median_us if b.timing else None) for k, b in base.items()}
             for kind in kinds:
-                if kind.startswith("nestedfp") and M <= STREAM_MAX_M:
-                    n_done += 1  # NestedFP runs its streaming kernels there, not the engine
-                    continue
                 q, sets, wb = weights[kind]
                 n = len(sets)
                 xs = [cp.asarray(x_host) for _ in range(n)]

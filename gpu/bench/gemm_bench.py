@@ -6,8 +6,8 @@ times, with :mod:`.harness` (CUDA-graph replay, weights rotated over >= 4x L2, r
 
 * ``linear`` of the FP4 formats nvfp4, mxfp4, razer, razer-g128 (packed golden weights;
   the GEMM engine, or the CUDA-core GEMV where the tuning table measured it faster),
-  NestedFP in FP16 and FP8 mode (``nestedfp16``/``nestedfp8``: streaming kernels for M <= 8,
-  the engine above; FP8 mode includes its per-token activation quantization), and FlexQ
+  NestedFP in FP16 and FP8 mode (``nestedfp16``/``nestedfp8``: the engine; FP8 mode
+  includes its per-token activation quantization), and FlexQ
   W6A6 (``flexq-w6a6``, M <= 64: its binary tensor-core GEMM with the activation packing);
 * for M <= 8 the alternatives ``w4a16_cc`` (CUDA-core GEMV), ``w4a4_gemv``,
   ``w4a4_quant+gemv`` (ReSET, nvfp4: :func:`~mactile.gpu.w4a4.linear_w4a4`, quantizer and GEMV

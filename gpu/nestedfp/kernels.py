@@ -6,8 +6,12 @@ upper (E4M3 of 256 w) and lower byte planes and drops the FP16 copy; an ineligib
 keeps its FP16 weights and runs cuBLAS FP16 in both modes (the paper's exception layers).
 ``layer(x, mode='fp16')`` reconstructs FP16 weights in registers; ``layer(x, mode='fp8')``
 quantizes activations per token to E4M3 and multiplies with the upper plane alone as E4M3,
-times ``scale * 2**-8``. M <= 8: the streaming kernels here (mma.sync); above: the GEMM
-engine (:mod:`mactile.gpu.engine`; FP8 partial sums promoted to FP32 every 128 of K).
+times ``scale * 2**-8``. Both modes run on the GEMM engine (:mod:`mactile.gpu.engine`; FP8
+partial sums promoted to FP32 every 128 of K) at every M. The small-M streaming kernel here
+(``nestedfp_stream``, mma.sync) runs when a :class:`StreamConfig` is passed: once the M <= 8
+default, it measured 5-45% slower than the engine on every benchmark shape in both modes
+after FP8 mode's quantizer was rewritten (H100, 2026-11-27; docs/gpu.md), and stays as an
+independent second implementation for the tests.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from mactile.golden.nestedfp import PAPER_THRESHOLD
 
 from .. import prebuilt, runtime
 
-__all__ = ["NestedFPLinear", "StreamConfig", "choose_stream", "KPERM", "unpermute_k",
+__all__ = ["NestedFPLinear", "StreamConfig", "KPERM", "unpermute_k",
            "MODES", "split_planes", "quantize_e4m3"]
 
 _SRC = Path(__file__).with_name("nestedfp.cu")
@@ -90,56 +94,6 @@ class StreamConfig:
         return max(acts, red)
 
 
-#: Largest M that the streaming kernel serves by default (first sweep: at M = 64 the wgmma
-#: kernels were as fast or faster; the streaming kernel re-reads the activations per block).
-STREAM_MAX_M = 8
-#: M up to which FP8 mode quantizes activations inside the streaming kernel (each block
-#: reads its tokens' whole rows for the per-token amax, so the work grows with M; measured
-#: with the table's shapes: fused faster at M = 1 and M = 8).
-FUSE_MAX_M = 8
-
-
-#: Measured streaming-kernel shapes per (mode, N, K) for M <= 8 (second H100 sweep,
-#: docs/results/flexq_nestedfp_h100_sweep2.log; docs/gpu.md): (nt, rt, wr, wk, ku, sps);
-#: None = the wgmma kernel was faster there. FP16 o and gate_up: the 4x2-warp shape, within
-#: 1% of the 1x8-warp one at M = 1 (sweep 2) and faster at M = 8 (o: 18.9 us in sweep 1
-#: against 21.4 us for (1, 1, 1, 8, 2, 64) in the second-pass run).
-STREAM_TABLE: dict = {
-    ("fp16", 6144, 4096): (1, 1, 4, 2, 2, 32),
-    ("fp16", 4096, 4096): (1, 1, 4, 2, 2, 8),
-    ("fp16", 28672, 4096): (1, 1, 4, 2, 2, 64),
-    ("fp16", 4096, 14336): (1, 2, 1, 4, 2, 45),
-    ("fp16", 8192, 8192): (1, 1, 4, 2, 2, 64),
-    ("fp8", 6144, 4096): (1, 1, 8, 1, 2, 6),
-    ("fp8", 4096, 4096): (1, 1, 8, 1, 2, 4),
-    ("fp8", 28672, 4096): None,
-    ("fp8", 4096, 14336): (1, 1, 8, 1, 2, 14),
-    ("fp8", 8192, 8192): (1, 1, 4, 2, 2, 64),
-}
-#: 8 < M <= 64: shapes where the streaming kernel (nt = 8) serves M. Empty: in FP16 mode the
-#: register-fed wgmma kernel was faster on every benchmark shape at M = 64 (first pass 45 / 33 /
-#: 140 / 91 / 96 us against the streaming kernel's best 48 / 41 / 187 / 104 / 111 us in the
-#: second sweep), and FP8 mode uses the FP8 wgmma kernel.
-STREAM_TABLE_M64: dict = {}
-
-
-def choose_stream(m: int, n: int, k: int, mode: str) -> StreamConfig | None:
-    """Default streaming-kernel shape, or None where the GEMM engine serves M."""
-    if m > 64:
-        return None
-    fuse = m <= FUSE_MAX_M
-    if m > STREAM_MAX_M:
-        t = STREAM_TABLE_M64.get((mode, n, k))
-        return None if t is None else StreamConfig(*t[:5], sps=t[5], fuse=fuse)
-    key = (mode, n, k)
-    if key in STREAM_TABLE:
-        t = STREAM_TABLE[key]
-        return None if t is None else StreamConfig(*t[:5], sps=t[5], fuse=fuse)
-    if mode == "fp16":  # few K splits, 8 warps along K (the table's common pattern)
-        return StreamConfig(nt=1, rt=1, wr=4, wk=2, ku=2, sps=min(64, -(-k // 64)), fuse=fuse)
-    return StreamConfig(nt=1, rt=1, wr=8, wk=1, ku=2, fuse=fuse)
-
-
 def _source() -> str:
     return runtime.load_source(_SRC)  # inlines ptx.cuh (the shared PTX wrappers)
 
@@ -157,19 +111,13 @@ def _stream_xq(mode: str, cfg: StreamConfig) -> int:
     return 0 if mode == "fp16" else (1 if cfg.fuse else 2)
 
 
-#: Streaming shapes (nt, rt, wr, wk, ku) the tests and the benchmark sweep use.
+#: Streaming shapes (nt, rt, wr, wk, ku) the tests use (prebuilt with StreamConfig(nt)).
 STREAM_TEST = ((1, 1, 4, 2, 2), (1, 2, 2, 3, 1), (5, 1, 2, 2, 3), (8, 1, 4, 2, 2), (2, 1, 8, 1, 4))
-STREAM_SWEEP = ((1, 1, 4, 2, 2), (1, 2, 4, 1, 2), (1, 1, 8, 1, 2), (1, 1, 1, 8, 2), (1, 2, 1, 4, 2),
-                (8, 1, 8, 1, 2), (8, 2, 4, 1, 2), (8, 1, 4, 2, 2))
 
 def prebuilt_jobs():
     """(source, names) for :mod:`mactile.gpu.prebuilt` (tests' and benchmarks' shapes)."""
     names = {"nfp::nestedfp_split", "nfp::nestedfp_quant_e4m3"}
-    stream = {StreamConfig(*t) for t in STREAM_TEST + STREAM_SWEEP}
-    stream |= {choose_stream(m, 4096, 4096, "fp16") for m in range(1, STREAM_MAX_M + 1)}
-    stream |= {StreamConfig(nt) for nt in range(1, 9)}
-    stream |= {StreamConfig(*t[:5]) for t in list(STREAM_TABLE.values()) + list(STREAM_TABLE_M64.values())
-               if t is not None}
+    stream = {StreamConfig(*t) for t in STREAM_TEST} | {StreamConfig(nt) for nt in range(1, 9)}
     for c in stream:
         names.add(_stream_name("fp16", 0, c))
         names.add(_stream_name("fp8", 1, c))
@@ -195,12 +143,22 @@ def split_planes(w):
     return upper, lower
 
 
-def quantize_e4m3(x, kp: int, *, check_finite: bool = True, into=None, flag=None):
+def _quant_threads(k: int) -> int:
+    """Threads per row of ``nestedfp_quant_e4m3``: about two 16-wide chunks each (one round
+    trip of four 16-byte loads), 128 to 1024."""
+    return min(1024, max(128, -(-k // 1024) * 32))
+
+
+def quantize_e4m3(x, kp: int, *, check_finite: bool = True, into=None, flag=None, pdl: bool = False):
     """Per-token E4M3 codes (CuPy uint8 (M, kp), K-permuted, zero-padded) and FP32 scales.
 
-    ``into=(codes, scales)`` and ``flag`` (int32 (1,)) are optional preallocated buffers."""
+    ``into=(codes, scales)`` and ``flag`` (int32 (1,)) are optional preallocated buffers.
+    ``pdl``: programmatic dependent launch (the kernel waits for the previous kernel before
+    reading ``x`` and lets the GEMM that follows it become resident at once)."""
     cp = runtime.require_cupy()
     m, k = x.shape
+    if x.data.ptr % 16:  # the kernel reads 16-byte vectors (rows are whole 32-byte chunks)
+        x = x.copy()
     if into is None:
         xq = cp.empty((m, kp), dtype=cp.uint8)
         sc = cp.empty((m,), dtype=cp.float32)
@@ -210,9 +168,13 @@ def quantize_e4m3(x, kp: int, *, check_finite: bool = True, into=None, flag=None
         flag = cp.zeros(1, dtype=cp.int32)
     elif check_finite:
         flag.fill(0)
-    _kernel("nfp::nestedfp_quant_e4m3")((m,), (256,),
-                                        (x, np.int32(m), np.int32(k), np.int32(x.shape[1]),
-                                         np.int32(kp), xq, sc, flag))
+    args = (x, np.int32(m), np.int32(k), np.int32(x.shape[1]), np.int32(kp), xq, sc, flag)
+    fn = _kernel("nfp::nestedfp_quant_e4m3")
+    if pdl:
+        from ..launch import launch  # noqa: PLC0415
+        launch(fn, (m,), (_quant_threads(k),), args, pdl=True)
+    else:
+        fn((m,), (_quant_threads(k),), args)
     if check_finite and int(flag.get()[0]):
         raise InputError("nestedfp: activations hold NaN or Inf")
     return xq, sc
@@ -317,9 +279,8 @@ class NestedFPLinear:
     def __call__(self, x, *, mode: str = "fp16", config=None, check_finite: bool = False, y=None):
         """``x``: CuPy float16 (M, K). Returns float16 (M, N) (into ``y`` when given).
 
-        ``config``: a :class:`StreamConfig` (the small-M streaming kernel), an
-        :class:`~mactile.gpu.engine.EngineConfig` (the GEMM engine), or None: the streaming
-        kernel where :func:`choose_stream` has a shape (M <= 8), else the engine with the
+        ``config``: an :class:`~mactile.gpu.engine.EngineConfig` (the GEMM engine), a
+        :class:`StreamConfig` (the small-M streaming kernel), or None: the engine with the
         device's tuning table or its default configuration."""
         cp = runtime.require_cupy()
         from ..engine import EngineConfig, gemm_fp8, gemm_planes, use_pdl  # noqa: PLC0415
@@ -341,8 +302,6 @@ class NestedFPLinear:
         if not self.eligible:  # exception layer: FP16 in both modes (Sec. 5.1)
             cp.matmul(x, self.weight.T, out=y)
             return y
-        if config is None:
-            config = choose_stream(m, self.n, self.k, mode)
         if isinstance(config, StreamConfig):
             return self._stream(x, mode, config, check_finite, y)
         if config is None:
@@ -354,5 +313,6 @@ class NestedFPLinear:
         buf = self._fp8.get(m)
         if buf is None:
             buf = self._fp8[m] = (cp.empty((m, self.kp), dtype=cp.uint8), cp.empty((m,), dtype=cp.float32))
-        xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag)
+        xq, xs = quantize_e4m3(x, self.kp, check_finite=check_finite, into=buf, flag=self._flag,
+                               pdl=use_pdl(m))
         return gemm_fp8(xq, xs, self.upper, self.n, cfg=config, out=y, pdl=use_pdl(m))

@@ -50,8 +50,7 @@ def register(sub) -> None:
                                     "beat it by --margin twice; write JSON and markdown, and the engine "
                                     "entries into a tuning table with --tuning-out.")
     t.add_argument("-o", "--out", default="out/bench-tune", help="output folder (default out/bench-tune)")
-    _selection(t, int_list(1, "positive integer"), "comma-separated M values (default 1,8,16,32,64,128,256,512; "
-               "NestedFP is swept from 16, below which it runs its streaming kernels)",
+    _selection(t, int_list(1, "positive integer"), "comma-separated M values (default 1,8,16,32,64,128,256,512)",
                "nvfp4,mxfp4,razer,razer-g128,nestedfp16,nestedfp8")
     t.add_argument("--margin", type=positive_float("a fraction", upper=0.4), default=0.03,
                    help="fraction a candidate must beat the default by, in the sweep and again (default 0.03)")

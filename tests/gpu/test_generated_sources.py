@@ -16,9 +16,9 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['2c4553b647e144e37f4a',
-           '588ff93d1dfcea9897ea',
+SOURCES = ['588ff93d1dfcea9897ea',
            '887d6140b13a90362c1d',
+           'bf3d9e7f94d6bc0e2b33',
            'c26818c7cf9e36b69b5e',
            'd53fd1d8cd8db2b5d8f5']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,

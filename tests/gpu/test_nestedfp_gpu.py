@@ -30,7 +30,7 @@ def test_split_bit_exact_exhaustive(cp):
 
 
 # GEMM engine configurations (bn, wgs, sched, n_ctas): deepest pipeline; None = the default
-# choice (streaming kernel for M <= 8, the engine above)
+# choice (the engine with the tuning table)
 CFGS = [None, (8, 4, 1, 0), (16, 2, 1, 3), (64, 2, 0, 0), (128, 2, 0, 5), (256, 2, 0, 0)]
 
 
@@ -142,6 +142,46 @@ def test_fp8_mode_matches_golden(cp, rng, m, n, k, c):
     print(f"fp8 max err / mag = {np.max(err / np.maximum(mag, 1e-30)):.3g}")
     assert (err <= 2.0**-9 * mag + 2.0**-11 * np.abs(ref) + 2.0**-24).all()
     assert np.linalg.norm(got - ref) <= 2.0**-10 * np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("m,k", [(1, 16), (3, 272), (16, 8192), (5, 25600), (130, 4096), (3, 65552)])
+def test_quantize_e4m3_bit_exact(cp, rng, m, k):
+    """The per-token quantizer equals golden ``per_token_e4m3`` bit for bit at every width it
+    meets: one chunk, a partial last round of chunks, the benchmark's widths, many rows, and a
+    row wider than the registers hold (> 65536: its last chunk is read twice); with a zero row (scale 0), a row of
+    E4M3 ties (x / s exactly between two codes) and rows of 0.01 to 300 in magnitude; the K
+    padding is zero; a row view at an odd offset is copied to a 16-byte boundary first."""
+    from mactile.gpu.nestedfp.kernels import K_PAD, quantize_e4m3, unpermute_k
+    x = (rng.standard_normal((m, k)) * rng.choice([0.01, 1.0, 300.0], size=(m, 1))).astype(np.float16)
+    x[0, : min(k, 8)] = 0
+    if m > 1:
+        x[1] = 0  # scale 0: codes of x itself (all zero)
+    if m > 2:  # amax 448: s = 1, and x = 1.0625 lies midway between E4M3 codes 1.0 and 1.125
+        x[2, :] = np.float16(1.0625)
+        x[2, 0] = np.float16(448.0)
+    kp = -(-k // K_PAD) * K_PAD
+    xq, sc = quantize_e4m3(cp.asarray(x), kp)
+    codes, scales = per_token_e4m3(x)
+    got = unpermute_k(xq.get())
+    assert np.array_equal(got[:, :k], codes)
+    assert not got[:, k:].any()
+    assert np.array_equal(sc.get(), scales)
+    # a view starting 2 bytes into a buffer (not 16-byte aligned)
+    buf = cp.zeros(m * k + 1, dtype=cp.float16)
+    buf[1:] = cp.asarray(x).ravel()
+    xq2, sc2 = quantize_e4m3(buf[1:].reshape(m, k), kp)
+    assert np.array_equal(xq2.get(), xq.get()) and np.array_equal(sc2.get(), sc.get())
+
+
+@pytest.mark.parametrize("k", [256, 70000])
+def test_quantize_e4m3_flags_non_finite(cp, rng, k):
+    from mactile.gpu.nestedfp.kernels import K_PAD, quantize_e4m3
+    x = rng.standard_normal((3, k)).astype(np.float16)
+    x[1, k - 5] = np.inf  # in the re-read part of a wide row
+    with pytest.raises(InputError, match="NaN or Inf"):
+        quantize_e4m3(cp.asarray(x), -(-k // K_PAD) * K_PAD)
+    x[1, k - 5] = 1.0
+    quantize_e4m3(cp.asarray(x), -(-k // K_PAD) * K_PAD)  # finite again: no error
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 128, 256), (5, 200, 272), (37, 384, 1024), (64, 136, 2048)])

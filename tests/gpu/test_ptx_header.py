@@ -33,10 +33,13 @@ def test_family_source_inlines_ptx_header(source):
 def _pdl_cases():
     from mactile.gpu import build, engine
     from mactile.gpu.flexq.kernels import prebuilt_jobs as flexq_jobs
+    from mactile.gpu.nestedfp import kernels as nfp_kernels
     [(fsrc, fnames)] = flexq_jobs()[:1]
     return [("w4a4", build.full_source(), ["mt::w4a4_gemv<1, 3>", "mt::w4a4_gemv<8, 4>", "nvfp4_quantize_act"]),
             ("engine", engine.engine_source(), [engine.engine_name("nvfp4", engine.config_for("nvfp4", 1))]),
-            ("flexq", fsrc, [n for n in sorted(fnames) if "flexq_gemm<" in n][:1])]
+            ("flexq", fsrc, [n for n in sorted(fnames) if "flexq_gemm<" in n][:1]),
+            ("nestedfp", nfp_kernels._source(), ["nfp::nestedfp_quant_e4m3"]),
+            ("engine_fp8", engine.engine_source(), [engine.engine_name("nestedfp8", engine.config_for("nestedfp8", 1))])]
 
 
 def _compile_case(case, **out):
@@ -62,7 +65,7 @@ def _assert_no_load_before_wait(bodies, name_of, wait, is_load, n_kernels):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("case", ["w4a4", "engine", "flexq"])
+@pytest.mark.parametrize("case", ["w4a4", "engine", "flexq", "nestedfp", "engine_fp8"])
 def test_no_global_load_before_griddepcontrol_wait(case, tmp_path):
     """Programmatic dependent launch: a kernel may start while the previous one still writes
     its inputs, so no global load may precede ``griddepcontrol.wait`` in the PTX (weights
@@ -95,7 +98,7 @@ def _cuobjdump():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or _cuobjdump()[0] is None,
                     reason="needs nvcc and cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-@pytest.mark.parametrize("case", ["w4a4", "engine"])
+@pytest.mark.parametrize("case", ["w4a4", "engine", "nestedfp", "engine_fp8"])
 def test_sass_no_global_load_before_acqbulk(case, tmp_path):
     """The same rule in the SASS: ptxas moves non-coherent loads (``ld.global.nc``) above
     ``griddepcontrol.wait`` (ACQBULK) even where the PTX has them after it -- the W4A4
