@@ -3,11 +3,13 @@
 * FP4 weights (:class:`~mactile.gpu.packing.PackedW4A16`: nvfp4, mxfp4, razer, razer-g128)
   run on the GEMM engine (:mod:`mactile.gpu.engine`) with the configuration of the device's
   tuning table's ``engine`` entries (``gpu/tuning/<device>.json``; the entry of the nearest
-  measured shape and the smallest measured M >= the request) or the engine's default; for
+  measured shape and the smallest measured M >= the request within its token tile) or the
+  engine's default; for
   M <= 8 the CUDA-core GEMV (``rowmajor`` layout) when the table measured it faster on the
   nearest shape.
 * NestedFP layers (:class:`~mactile.gpu.nestedfp.NestedFPLinear`) in ``mode='fp16'`` or
-  ``'fp8'``: the streaming kernels for M <= 8, the engine above.
+  ``'fp8'``: the engine at every M (configurations from the same table; FP8 mode quantizes
+  the activations per token first).
 * FlexQ layers (:class:`~mactile.gpu.flexq.FlexQLinear`): W6A6/W6A8 on binary tensor cores.
 
 :func:`dispatch` says which kernel runs and why.

@@ -9,9 +9,9 @@ quantizes activations per token to E4M3 and multiplies with the upper plane alon
 times ``scale * 2**-8``. Both modes run on the GEMM engine (:mod:`mactile.gpu.engine`; FP8
 partial sums promoted to FP32 every 128 of K) at every M. The small-M streaming kernel here
 (``nestedfp_stream``, mma.sync) runs when a :class:`StreamConfig` is passed: once the M <= 8
-default, it measured 5-45% slower than the engine on every benchmark shape in both modes
-after FP8 mode's quantizer was rewritten (H100, 2026-11-27; docs/gpu.md), and stays as an
-independent second implementation for the tests.
+default, it took 1-26% (FP16 mode) and 9-45% (FP8 mode) more time than the engine on every
+benchmark shape once FP8 mode's quantizer was rewritten (H100, 2026-11-27; docs/gpu.md note
+9), and stays as an independent second implementation for the tests.
 """
 from __future__ import annotations
 
