@@ -172,6 +172,17 @@ SMALL_LAYER_BYTES_256 = 16 << 20
 #: large layers that take four keep the interleaved schedule (5120x25600: 43.8 us, equal to
 #: batched with two warpgroups, 44.0 us).
 BATCHED_MAX_BN_BP = 64
+#: NestedFP8 (PROMOTE) runs 256-token tiles (each stage's partial sums promoted in two
+#: passes of 128 tokens, ``EngCfg::PN``; the batched schedule) from M = 2048, and at
+#: 512 < M < 2048 on layers of at least this many weight bytes; 128-token tiles below.
+#: Measured on the H100 (one process, 128 interleaved -> 256 batched, us; the outputs
+#: bitwise equal): M = 4096 8192x8192 546 -> 456, 4096x28672 979 -> 820, 25600x5120
+#: 1149 -> 968, 4096x6144 226 -> 196, 4096x4096 146 -> 138; M = 1024 on the layers of
+#: 67-131 MB 4-30% less time (25600x5120 331 -> 255), on 4096x6144 (25 MB) 27% more
+#: (57 -> 73: 192 tiles on 132 SMs) and on 4096x4096 2% more; M <= 512 mostly slower
+#: (4096x4096 at M = 256 20.3 -> 27.7).
+PROMOTE_256_MIN_M = 2048
+PROMOTE_256_MIN_BYTES = 32 << 20
 
 
 def _wgs4_max(fmt: str) -> int:
@@ -186,21 +197,23 @@ def _wgs4_max(fmt: str) -> int:
 
 def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
-    most; 128 for NestedFP8, whose per-stage FP32 promotion keeps two accumulator tiles),
+    most; NestedFP8 128 below the measured bounds :data:`PROMOTE_256_MIN_M` and
+    :data:`PROMOTE_256_MIN_BYTES`, where its two promotion passes per stage did not pay),
     the deepest pipeline that fits; four consumer warpgroups (more warps to hide the
     decode's latency) for tiles of at most 64 tokens (32 for NestedFP8's promotion tile, 16
     for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps
     of A), two above; the batched schedule up to 32 tokens (at every tile for razer-g128; up
-    to :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two warpgroups),
-    interleaved above (registers). With ``nbytes`` (the layer's weight bytes), the
+    to :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two warpgroups; at
+    NestedFP8's 256-token tile), interleaved above (registers). With ``nbytes`` (the layer's weight bytes), the
     bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
     :data:`SMALL_LAYER_BYTES_64`, and they and razer-g128 take 128-token tiles for
     128 < M <= 256 up to :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer
     over the SMs; razer-g128 4096x4096 at M = 256, H100: 22.2 us against 26.2 us)."""
     tr = engine_traits(fmt)
-    cap = 128 if tr["PROMOTE"] else 256
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
-    bn = min(bn, cap)
+    promote_256 = M >= PROMOTE_256_MIN_M or (M > 512 and (nbytes is None or nbytes >= PROMOTE_256_MIN_BYTES))
+    if tr["PROMOTE"] and bn == 256 and not promote_256:
+        bn = 128
     wide_a = tr["A_SRC"] == "A_FRAG" and tr["BK"] > 64  # razer-g128: 8 k-steps of A per stage
     wgs4_max = _wgs4_max(fmt)
     small_fp4 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and tr["BP"]
@@ -216,7 +229,7 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
         wgs = 2
     # razer-g128: batched at every tile since its rescaled accumulators (one tile) left the
     # registers for a whole stage of A (tuning sweep, H100: 2-8% faster at 32-4096 tokens)
-    sched = 1 if (wide_a or bn <= 32) else 0
+    sched = 1 if (wide_a or bn <= 32 or (tr["PROMOTE"] and bn == 256)) else 0
     if tr["BP"] and wgs == 2 and bn <= BATCHED_MAX_BN_BP:
         sched = 1
     return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
@@ -447,7 +460,7 @@ def gemm_planes(x, upper, lower, N: int, *, cfg: EngineConfig | None = None, out
     from .launch import TensorMap  # noqa: PLC0415
 
     M = int(x.shape[0])
-    cfg = cfg or config_for("nestedfp16", M)
+    cfg = cfg or config_for("nestedfp16", M, 2 * int(upper.nbytes))
     Np, Kp = (int(d) for d in upper.shape)
     y = _out(M, N, out, out_dtype)
     tm_b = x_map if x_map is not None else activation_map(x, cfg.bn)
@@ -465,7 +478,7 @@ def gemm_fp8(xq, xscale, upper, N: int, *, cfg: EngineConfig | None = None, out=
     from .launch import TensorMap  # noqa: PLC0415
 
     M = int(xq.shape[0])
-    cfg = cfg or config_for("nestedfp8", M)
+    cfg = cfg or config_for("nestedfp8", M, int(upper.nbytes))
     Np, Kp = (int(d) for d in upper.shape)
     y = _out(M, N, out, out_dtype)
     tm_b = x_map if x_map is not None else activation_map(xq, cfg.bn, fp8=True)
@@ -496,13 +509,13 @@ def _variants(fmt: str, bn: int) -> list[EngineConfig]:
     """The configurations tried for token tile ``bn`` (tuning), deepest pipeline each: two
     consumer warpgroups, and four where they fit their registers (:func:`_wgs4_max`); either
     schedule, except where it spills (compiled with nvcc 13.0, sm_90a): the batched one with
-    four warpgroups above 32 tokens (164 bytes at 64) and for NestedFP's A sources at 128
-    tokens and more."""
+    four warpgroups above 32 tokens (164 bytes at 64) and for NestedFP16's planes at 128
+    tokens and more (NestedFP8, A from shared memory, does not spill there)."""
     tr = engine_traits(fmt)
     out = []
     for wgs in ((2, 4) if bn <= _wgs4_max(fmt) else (2,)):
         for sched in SCHEDULES:
-            if sched == 1 and ((wgs == 4 and bn > 32) or (bn >= 128 and tr["A_SRC"] != "A_FRAG")):
+            if sched == 1 and ((wgs == 4 and bn > 32) or (bn >= 128 and tr["A_SRC"] == "A_PLANES")):
                 continue
             try:
                 c = EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, sched=sched)
@@ -543,13 +556,11 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
 
     out = []
     for fmt in ENGINE_FORMATS:
-        cap = 128 if engine_traits(fmt)["PROMOTE"] else 256
-        for bn in TOKEN_TILES:
-            if bn <= cap:
-                out.append((fmt, config_for(fmt, bn)))
-                out.append((fmt, config_for(fmt, bn, nbytes=0)))  # a small layer's
-                if tuning:
-                    out += [(fmt, c) for nb in (None, 0) for c in tuning_candidates(fmt, bn, nb)]
+        for m in TOKEN_TILES + (1024, PROMOTE_256_MIN_M):  # (NestedFP8's tile changes at 1024, 2048)
+            out.append((fmt, config_for(fmt, m)))
+            out.append((fmt, config_for(fmt, m, nbytes=0)))  # a small layer's
+            if tuning:
+                out += [(fmt, c) for nb in (None, 0) for c in tuning_candidates(fmt, m, nb)]
     out += engine_table_configs()
     seen, uniq = set(), []
     for f, c in out:

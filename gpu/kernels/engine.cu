@@ -32,7 +32,8 @@
 //   A_SMEM   A straight from shared memory (NestedFP's upper plane as E4M3).
 // PROMOTE formats accumulate each stage in a separate FP32 register tile that is then added
 // into the accumulators (the FP8 mode's promotion every 128 of K against Hopper's
-// reduced-precision FP8 accumulation). RESCALE formats (razer-g128: FP16 block scales,
+// reduced-precision FP8 accumulation); that tile covers at most 128 tokens (PN), so a
+// 256-token tile is promoted in two passes of 128 (registers: 128 accumulators + 64). RESCALE formats (razer-g128: FP16 block scales,
 // exact with the values only in FP32) keep the accumulators in units of the current block
 // scale and rescale them between blocks (engine_scale_step, engine_scale_acc).
 #include "ptx.cuh"
@@ -84,6 +85,9 @@ struct EngCfg {
     static constexpr int THREADS = (WGS + 1) * 128;
     static constexpr int CT = WGS * 128;                   // consumer threads
     static constexpr int NACC = BN / 2;                    // FP32 accumulators per thread
+    // PROMOTE: tokens per promotion pass (the stage's partial-sum tile), passes per stage
+    static constexpr int PN = T::PROMOTE && BN > 128 ? 128 : BN;
+    static constexpr int NPASS = BN / PN;
     static constexpr int SC_T = T::A_SRC == A_FRAG ? (BK / T::BLOCK) * 2 * T::SCALE_BYTES : 0;
     // Registers per consumer thread after setmaxnreg (1-2 consumer warpgroups; the producer
     // keeps 40). setmaxnreg.inc can only take what the CTA's decreases released from its
@@ -96,7 +100,6 @@ struct EngCfg {
     static_assert(WGS >= 1 && WGS <= 4, "one to four consumer warpgroups");
     static_assert(WGS <= 2 || BN <= 64, "three or four consumer warpgroups: BN <= 64 (registers)");
     static_assert(SMEM <= 232448, "shared memory over the sm_90 limit");
-    static_assert(!T::PROMOTE || BN <= 128, "PROMOTE keeps two accumulator tiles: BN <= 128");
 };
 
 // ------------------------------------------------------------------ A_FRAG decode
@@ -239,6 +242,38 @@ __device__ __forceinline__ void engine_decode(u32 (&a)[EngCfg<F, BN, STAGES, WGS
         a[ks][2] = prmt(pl[1][h], hg, 0x7362u);       // row g,   k 2t+8, 2t+9
         a[ks][3] = prmt(pl[1][h + 1], hg8, 0x7362u);  // row g+8, k 2t+8, 2t+9
     }
+}
+
+// PROMOTE: one promotion pass over tokens [h PN, (h + 1) PN) of stage sb that is not the
+// stage's last (the last is issued like every other format's, so that the next stage's
+// fragments load while it runs): its wgmmas into the partial-sum tile, then added into
+// the accumulators' columns of those tokens. The wgmma accumulator layout of N = BN is that
+// of N = PN repeated along the columns: pass h owns acc[h PN/2 .. (h + 1) PN/2).
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_promote_pass(float (&acc)[BN / 2], float (&tmp)[EngCfg<F, BN, STAGES, WGS>::PN / 2],
+                                                    int h, u32 sb, int cw) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    fence_regs(tmp);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < C::KS; ++ks)
+        Wgmma<C::PN>::ss_e4m3(tmp, desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks,
+                              desc_sw128(sb + h * C::PN * 128) + 2 * ks, ks == 0 ? 0 : 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(tmp);
+#pragma unroll
+    for (int i = 0; i < C::PN / 2; ++i) acc[h * (C::PN / 2) + i] += tmp[i];
+}
+
+// The last promotion pass's wgmma of k-step ks (tokens [(NPASS - 1) PN, BN)) into tmp.
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_mma_promote(float (&tmp)[EngCfg<F, BN, STAGES, WGS>::PN / 2], int ks, u32 sb,
+                                                   int cw) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    static_assert(C::KS <= 4, "one 128-byte B sub-tile per stage");
+    Wgmma<C::PN>::ss_e4m3(tmp, desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks,
+                          desc_sw128(sb + (C::NPASS - 1) * C::PN * 128) + 2 * ks, ks == 0 ? 0 : 1);
 }
 
 // One wgmma of k-step ks of stage sb into d.
@@ -701,7 +736,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     uint8_t* epi = smem + STAGES * C::STAGE_BYTES + cw * C::EPI_TOK * C::EPI_LD * 2;
 
     float acc[NACC];
-    float tmp[T::PROMOTE ? NACC : 1];
+    float tmp[T::PROMOTE ? C::PN / 2 : 1];                  // PROMOTE: one pass's partial sums
     u32 a[BATCH ? 2 : 1][KS][4];                      // A registers of the stage's k-steps
     uint4 wv[T::A_SRC == A_FRAG ? BK / 64 : 1];       // A_FRAG: the stage's code words
     u64 sc = 0;                                       // A_FRAG: the stage's scale codes
@@ -744,12 +779,16 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     const bool more = kb < k_hi;
                     const int s_next = s + 1 == STAGES ? 0 : s + 1;
                     const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
-                    if constexpr (T::PROMOTE) fence_regs(tmp);
+                    if constexpr (T::PROMOTE) {
+#pragma unroll
+                        for (int h = 0; h + 1 < C::NPASS; ++h) engine_promote_pass<F, BN, STAGES, WGS>(acc, tmp, h, sb, cw);
+                        fence_regs(tmp);
+                    }
                     fence_regs(acc);
                     wgmma_fence();
 #pragma unroll
                     for (int ks = 0; ks < KS; ++ks) {
-                        if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a[p], ks, sb, cw, ks == 0 ? 0 : 1);
+                        if constexpr (T::PROMOTE) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw);
                         else engine_mma<F, BN, STAGES, WGS>(acc, a[p], ks, sb, cw, 1);
                     }
                     wgmma_commit();
@@ -777,7 +816,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         __syncwarp();
                         if (lane == 0) mbar_arrive(bar_empty + 8 * s);
 #pragma unroll
-                        for (int i = 0; i < NACC; ++i) acc[i] += tmp[i];
+                        for (int i = 0; i < C::PN / 2; ++i) acc[(C::NPASS - 1) * (C::PN / 2) + i] += tmp[i];
                     } else if constexpr (T::RESCALE) {
                         // the stage's wgmmas have added into acc: into the next block's units
                         float rg, rh;
@@ -802,7 +841,11 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                 const bool more = kb < k_hi;             // another k-block of this tile follows
                 const int s_next = s + 1 == STAGES ? 0 : s + 1;
                 const u32 ph_next = s + 1 == STAGES ? phase ^ 1 : phase;
-                if constexpr (T::PROMOTE) fence_regs(tmp);
+                if constexpr (T::PROMOTE) {
+#pragma unroll
+                    for (int h = 0; h + 1 < C::NPASS; ++h) engine_promote_pass<F, BN, STAGES, WGS>(acc, tmp, h, sb, cw);
+                    fence_regs(tmp);
+                }
                 fence_regs(acc);
                 // One wgmma per k-step; while it runs, the next k-step's A registers are decoded
                 // (after wgmma_wait<KS-1> at most KS-1 groups are pending, so the registers of
@@ -811,7 +854,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
 #pragma unroll
                 for (int ks = 0; ks < KS; ++ks) {
                     wgmma_fence();
-                    if constexpr (T::PROMOTE) engine_mma<F, BN, STAGES, WGS>(tmp, a[0], ks, sb, cw, ks == 0 ? 0 : 1);
+                    if constexpr (T::PROMOTE) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw);
                     else engine_mma<F, BN, STAGES, WGS>(acc, a[0], ks, sb, cw, 1);
                     wgmma_commit();
                     if (ks + 1 < KS) {
@@ -841,7 +884,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         __syncwarp();
                         if (lane == 0) mbar_arrive(bar_empty + 8 * s);
 #pragma unroll
-                        for (int i = 0; i < NACC; ++i) acc[i] += tmp[i];
+                        for (int i = 0; i < C::PN / 2; ++i) acc[(C::NPASS - 1) * (C::PN / 2) + i] += tmp[i];
                         if (more) {
                             mbar_wait(bar_full + 8 * s_next, ph_next);
                             engine_load<F, BN, STAGES, WGS, BATCH>(smem, sbase, s_next, cw, wi, lane, wv, sc);

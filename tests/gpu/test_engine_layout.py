@@ -92,6 +92,11 @@ def test_small_layer_defaults():
     assert e.config_for("nvfp4", 64, 9 * mb).schedule == 1 and e.config_for("mxfp4", 64, 9 * mb).schedule == 1
     assert e.config_for("nvfp4", 64).schedule == 0 and e.config_for("razer", 64, 9 * mb).schedule == 0
     assert e.config_for("nvfp4", 128, 9 * mb).schedule == 0
+    # NestedFP8: 128-token tiles up to M = 512, 256 (two promotion passes, batched) from 2048,
+    # and at 1024 on layers of at least PROMOTE_256_MIN_BYTES (or of unknown size)
+    assert e.config_for("nestedfp8", 512).bn == 128 and e.config_for("nestedfp8", 2048, 1 * mb).bn == 256
+    assert e.config_for("nestedfp8", 1024, 25 * mb).bn == 128 and e.config_for("nestedfp8", 1024, 67 * mb).bn == 256
+    assert e.config_for("nestedfp8", 4096).schedule == 1 and e.config_for("nestedfp8", 4096).stages == 4
 
 
 def test_engine_choice():

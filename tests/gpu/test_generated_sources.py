@@ -19,7 +19,7 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
 SOURCES = ['588ff93d1dfcea9897ea',
            '887d6140b13a90362c1d',
            'bf3d9e7f94d6bc0e2b33',
-           'c26818c7cf9e36b69b5e',
+           'cbbd272f20fae3e291b2',
            'd53fd1d8cd8db2b5d8f5']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],

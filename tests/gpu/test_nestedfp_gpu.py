@@ -117,7 +117,7 @@ def test_fp16_mode_matches_fp16_gemm(cp, rng, m, n, k, c):
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 128, 256), (37, 200, 272), (64, 384, 1024), (300, 136, 512)])
-@pytest.mark.parametrize("c", [None, (8, 4, 1, 2), (128, 2, 0, 1)], ids=str)
+@pytest.mark.parametrize("c", [None, (8, 4, 1, 2), (128, 2, 0, 1), (256, 2, 0, 3), (256, 2, 1, 0)], ids=str)
 def test_fp8_mode_matches_golden(cp, rng, m, n, k, c):
     """E4M3 activations bit-exact with golden; y within 2^-9 sum|x_k u_k| s 2^-8 of the
     golden FP8 GEMM (Hopper's FP8 wgmma accumulates with fewer bits than FP32) plus FP16
@@ -182,6 +182,22 @@ def test_quantize_e4m3_flags_non_finite(cp, rng, k):
         quantize_e4m3(cp.asarray(x), -(-k // K_PAD) * K_PAD)
     x[1, k - 5] = 1.0
     quantize_e4m3(cp.asarray(x), -(-k // K_PAD) * K_PAD)  # finite again: no error
+
+
+@pytest.mark.parametrize("sched", [0, 1])
+def test_fp8_two_promotion_passes_equal_one(cp, rng, sched):
+    """A 256-token tile promotes each stage's partial sums in two passes of 128 tokens: every
+    output gets the same FP32 additions as in a 128-token tile, so the bits are equal (ragged
+    M over two token tiles, K over several 128-wide stages)."""
+    from mactile.gpu.engine import EngineConfig, max_stages
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    x, w = _data(rng, 300, 200, 1152)
+    layer = NestedFPLinear(cp.asarray(w))
+    got = {}
+    for bn in (128, 256):
+        cfg = EngineConfig(bn, max_stages("nestedfp8", bn, 2), 2, 0, sched if bn == 256 else 0)
+        got[bn] = layer(cp.asarray(x), mode="fp8", config=cfg).get().view(np.uint16)
+    assert np.array_equal(got[256], got[128])
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 128, 256), (5, 200, 272), (37, 384, 1024), (64, 136, 2048)])
