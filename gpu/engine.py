@@ -204,8 +204,8 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     for NestedFP16's plane fragments; never for razer-g128, whose stage holds eight k-steps
     of A), two above; the batched schedule up to 32 tokens (at every tile for razer-g128; up
     to :data:`BATCHED_MAX_BN_BP` for the bit-placement formats with two warpgroups; at
-    NestedFP8's 256-token tile), interleaved above (registers). With ``nbytes`` (the layer's weight bytes), the
-    bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
+    NestedFP8's 256-token tile), interleaved above (registers). With ``nbytes`` (the layer's
+    weight bytes), the bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
     :data:`SMALL_LAYER_BYTES_64`, and they and razer-g128 take 128-token tiles for
     128 < M <= 256 up to :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer
     over the SMs; razer-g128 4096x4096 at M = 256, H100: 22.2 us against 26.2 us)."""

@@ -33,9 +33,10 @@
 // PROMOTE formats accumulate each stage in a separate FP32 register tile that is then added
 // into the accumulators (the FP8 mode's promotion every 128 of K against Hopper's
 // reduced-precision FP8 accumulation); that tile covers at most 128 tokens (PN), so a
-// 256-token tile is promoted in two passes of 128 (registers: 128 accumulators + 64). RESCALE formats (razer-g128: FP16 block scales,
-// exact with the values only in FP32) keep the accumulators in units of the current block
-// scale and rescale them between blocks (engine_scale_step, engine_scale_acc).
+// 256-token tile is promoted in two passes of 128 (registers: 128 accumulators + 64).
+// RESCALE formats (razer-g128: FP16 block scales, exact with the values only in FP32) keep
+// the accumulators in units of the current block scale and rescale them between blocks
+// (engine_scale_step, engine_scale_acc).
 #include "ptx.cuh"
 #include "fp4_common.cuh"
 #include "nestedfp_common.cuh"

@@ -157,6 +157,8 @@ def quantize_e4m3(x, kp: int, *, check_finite: bool = True, into=None, flag=None
     reading ``x`` and lets the GEMM that follows it become resident at once)."""
     cp = runtime.require_cupy()
     m, k = x.shape
+    if k % 16:
+        raise InputError(f"quantize_e4m3: K = {k} must be a multiple of 16 (the kernel's 16-wide chunks)")
     if x.data.ptr % 16:  # the kernel reads 16-byte vectors (rows are whole 32-byte chunks)
         x = x.copy()
     if into is None:

@@ -1,9 +1,9 @@
 """The generated CUDA texts stay byte-identical to those the prebuilt cubins were verified
 with on the GPU (CPU-only: headers recorded from main at 827e50f, before the kernel
 constants were derived from golden/storage.py; source digests those of the cubins of the
-engine with razer-g128's rescaled accumulators, run on an H100 on 2026-11-27; the engine's
-comments changed after that run, the SASS of all 130 engine kernels is identical). A change
-here needs a new GPU run."""
+engine with NestedFP8's two promotion passes and of the rewritten E4M3 quantizer, run on an
+H100 on 2026-11-27; the comments of both sources changed after that run, the SASS of every
+engine and NestedFP kernel is identical). A change here needs a new GPU run."""
 import hashlib
 
 import pytest
@@ -16,10 +16,10 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['588ff93d1dfcea9897ea',
+SOURCES = ['5283acfe202582292728',
+           '588ff93d1dfcea9897ea',
+           '64356bfd549e1e756be3',
            '887d6140b13a90362c1d',
-           'bf3d9e7f94d6bc0e2b33',
-           'cbbd272f20fae3e291b2',
            'd53fd1d8cd8db2b5d8f5']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],

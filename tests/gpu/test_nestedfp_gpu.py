@@ -182,6 +182,8 @@ def test_quantize_e4m3_flags_non_finite(cp, rng, k):
         quantize_e4m3(cp.asarray(x), -(-k // K_PAD) * K_PAD)
     x[1, k - 5] = 1.0
     quantize_e4m3(cp.asarray(x), -(-k // K_PAD) * K_PAD)  # finite again: no error
+    with pytest.raises(InputError, match="multiple of 16"):
+        quantize_e4m3(cp.asarray(x[:, :24]), K_PAD)
 
 
 @pytest.mark.parametrize("sched", [0, 1])
