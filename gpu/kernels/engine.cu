@@ -245,11 +245,23 @@ __device__ __forceinline__ void engine_decode(u32 (&a)[EngCfg<F, BN, STAGES, WGS
     }
 }
 
-// PROMOTE: one promotion pass over tokens [h PN, (h + 1) PN) of stage sb that is not the
-// stage's last (the last is issued like every other format's, so that the next stage's
-// fragments load while it runs): its wgmmas into the partial-sum tile, then added into
-// the accumulators' columns of those tokens. The wgmma accumulator layout of N = BN is that
-// of N = PN repeated along the columns: pass h owns acc[h PN/2 .. (h + 1) PN/2).
+// PROMOTE (A from shared memory, E4M3: the only A_SMEM format): one wgmma of k-step ks over
+// tokens [h PN, (h + 1) PN) of stage sb into the partial-sum tile (B: one 128-byte sub-tile
+// per stage, rows of one token each; +32 bytes, descriptor +2, per k-step).
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_mma_promote(float (&tmp)[EngCfg<F, BN, STAGES, WGS>::PN / 2], int ks, u32 sb,
+                                                   int cw, int h) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    static_assert(EngineFmt<F>::A_SRC == A_SMEM && C::KS <= 4, "E4M3 A in shared memory, one B sub-tile");
+    Wgmma<C::PN>::ss_e4m3(tmp, desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks,
+                          desc_sw128(sb + h * C::PN * 128) + 2 * ks, ks == 0 ? 0 : 1);
+}
+
+// PROMOTE: promotion pass h of stage sb that is not the stage's last (the last is issued like
+// every other format's wgmmas, so that the next stage's fragments load while it runs): its
+// wgmmas into the partial-sum tile, then added into the accumulators' columns of those
+// tokens. The wgmma accumulator layout of N = BN is that of N = PN repeated along the
+// columns: pass h owns acc[h PN/2 .. (h + 1) PN/2).
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_promote_pass(float (&acc)[BN / 2], float (&tmp)[EngCfg<F, BN, STAGES, WGS>::PN / 2],
                                                     int h, u32 sb, int cw) {
@@ -257,9 +269,7 @@ __device__ __forceinline__ void engine_promote_pass(float (&acc)[BN / 2], float 
     fence_regs(tmp);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < C::KS; ++ks)
-        Wgmma<C::PN>::ss_e4m3(tmp, desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks,
-                              desc_sw128(sb + h * C::PN * 128) + 2 * ks, ks == 0 ? 0 : 1);
+    for (int ks = 0; ks < C::KS; ++ks) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw, h);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(tmp);
@@ -267,29 +277,13 @@ __device__ __forceinline__ void engine_promote_pass(float (&acc)[BN / 2], float 
     for (int i = 0; i < C::PN / 2; ++i) acc[h * (C::PN / 2) + i] += tmp[i];
 }
 
-// The last promotion pass's wgmma of k-step ks (tokens [(NPASS - 1) PN, BN)) into tmp.
-template <int F, int BN, int STAGES, int WGS>
-__device__ __forceinline__ void engine_mma_promote(float (&tmp)[EngCfg<F, BN, STAGES, WGS>::PN / 2], int ks, u32 sb,
-                                                   int cw) {
-    using C = EngCfg<F, BN, STAGES, WGS>;
-    static_assert(C::KS <= 4, "one 128-byte B sub-tile per stage");
-    Wgmma<C::PN>::ss_e4m3(tmp, desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks,
-                          desc_sw128(sb + (C::NPASS - 1) * C::PN * 128) + 2 * ks, ks == 0 ? 0 : 1);
-}
-
-// One wgmma of k-step ks of stage sb into d.
+// One wgmma of k-step ks of stage sb into d (A from registers: A_FRAG, A_PLANES).
 template <int F, int BN, int STAGES, int WGS>
 __device__ __forceinline__ void engine_mma(float (&d)[BN / 2], const u32 (&a)[EngCfg<F, BN, STAGES, WGS>::KS][4],
-                                           int ks, u32 sb, int cw, int scale_d) {
-    using C = EngCfg<F, BN, STAGES, WGS>;
+                                           int ks, u32 sb, int scale_d) {
     // B: the 128-byte sub-tile of this k-step, +32 bytes (descriptor +2) per k-step inside it
     const u64 bdesc = desc_sw128(sb + (ks / 4) * BN * 128) + 2 * (ks % 4);
-    if constexpr (EngineFmt<F>::A_SRC == A_SMEM) {
-        const u64 adesc = desc_sw128(sb + C::B_BYTES + cw * 64 * 128) + 2 * ks;
-        Wgmma<BN>::ss_e4m3(d, adesc, bdesc, scale_d);
-    } else {
-        Wgmma<BN>::rs_f16(d, a[ks], bdesc, scale_d);
-    }
+    Wgmma<BN>::rs_f16(d, a[ks], bdesc, scale_d);
 }
 
 // FP16 block-scale code (metadata bits masked off) -> FP32 value, exact (bit placement).
@@ -789,8 +783,8 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     wgmma_fence();
 #pragma unroll
                     for (int ks = 0; ks < KS; ++ks) {
-                        if constexpr (T::PROMOTE) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw);
-                        else engine_mma<F, BN, STAGES, WGS>(acc, a[p], ks, sb, cw, 1);
+                        if constexpr (T::PROMOTE) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw, C::NPASS - 1);
+                        else engine_mma<F, BN, STAGES, WGS>(acc, a[p], ks, sb, 1);
                     }
                     wgmma_commit();
                     // the next stage's fragments while these wgmmas run (their registers
@@ -855,8 +849,8 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
 #pragma unroll
                 for (int ks = 0; ks < KS; ++ks) {
                     wgmma_fence();
-                    if constexpr (T::PROMOTE) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw);
-                    else engine_mma<F, BN, STAGES, WGS>(acc, a[0], ks, sb, cw, 1);
+                    if constexpr (T::PROMOTE) engine_mma_promote<F, BN, STAGES, WGS>(tmp, ks, sb, cw, C::NPASS - 1);
+                    else engine_mma<F, BN, STAGES, WGS>(acc, a[0], ks, sb, 1);
                     wgmma_commit();
                     if (ks + 1 < KS) {
                         wgmma_wait<KS - 1>();
