@@ -5,10 +5,11 @@
 // the wgmma = BN tokens), so one decode of a weight fragment serves BN tokens.
 //
 // Structure (CUTLASS SM90 warp-specialized collectives):
-//   * warpgroup 0 is the producer: one thread issues, per pipeline stage, a tensor-map tile
-//     load of the activations (128-byte swizzle, zero fill outside M x K) and the weights'
-//     bulk copies -- 1-D copies of the pre-tiled FP4 fragments, or tensor-map tiles of the
-//     NestedFP byte planes -- all completing on the stage's `full` mbarrier;
+//   * warpgroup 0 is the producer: lane 0 of one warp (of four for nvfp4 and mxfp4) issues,
+//     per pipeline stage, a tensor-map tile load of the activations (128-byte swizzle, zero
+//     fill outside M x K) and the weights' bulk copies -- 1-D copies of the pre-tiled FP4
+//     fragments, or tensor-map tiles of the NestedFP byte planes -- all completing on the
+//     stage's `full` mbarrier;
 //   * warpgroups 1..WGS are consumers (WGS = 1..4; with 1-2, setmaxnreg gives the producer 40
 //     registers and the consumers 232): wait `full`, turn the weight fragment into the wgmma A
 //     operand in registers
@@ -666,13 +667,26 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     if (wg == 0) {
         // ---------------------------------------------------------------- producer
         if constexpr (C::SETMAXNREG) setmaxnreg_dec<40>();
-        if (tid == 0 && nseg > 0) {
+        // PW producer warps issue a stage's copies, lane 0 of each: warp 0 the expected bytes
+        // and the activations' tile, and with PW = 4 warp w % 4 the codes of consumer
+        // warpgroup w and warp (WGS + w) % 4 its scales. A warp issues its bulk copies one
+        // after another; with the whole stage's 1 + 2 WGS copies on one thread the bit-placement
+        // formats' consumers waited for data (H100, same process, bitwise-equal outputs: nvfp4
+        // 8% and mxfp4 10-11% less time at M = 1 and 16, 4-5% at M = 64; up to 20% on the
+        // largest layers). The lookup formats, whose decode sets the pace, lost 1-3% with four
+        // warps (razer-g128) and NestedFP's two or three copies gained nothing: one warp.
+        // A copy may complete on the stage's barrier before warp 0's expect_tx (as a peer CTA's
+        // multicast copy may in CUTLASS's cluster pipelines): the phase cannot complete before
+        // warp 0's arrival, which adds the stage's bytes and arrives in one operation.
+        constexpr int PW = T::A_SRC == A_FRAG && T::BP ? 4 : 1;
+        const int pw = tid >> 5;
+        if ((tid & 31) == 0 && pw < PW && nseg > 0) {
             // weights read by one token tile only are streamed past the L2 (evict first);
             // with several token tiles they are re-read and keep the default policy
             const u64 wpolicy = TT == 1 ? policy_evict_first() : policy_evict_normal();
             int s = 0;
             u32 phase = 0;
-            MT_TRACE(TR_FIRST_COPY, true, globaltimer());
+            MT_TRACE(TR_FIRST_COPY, pw == 0, globaltimer());
             auto copy_tile = [&](const int tile, const int k_lo, const int k_hi) {  // its k-blocks
                 const int tt = tile / RTc, rc = tile % RTc;
 #pragma unroll 1
@@ -681,23 +695,27 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                     const int k0 = kb * BK;
                     const u32 full = bar_full + 8 * s;
                     const u32 st = sbase + s * C::STAGE_BYTES;
-                    mbar_arrive_expect_tx(full, C::TX);
+                    if (pw == 0) {
+                        mbar_arrive_expect_tx(full, C::TX);
 #pragma unroll
-                    for (int sub = 0; sub < C::B_SUB; ++sub)  // 128-byte columns: 64 f16 or 128 e4m3
-                        tma_load_2d(st + sub * BN * 128, &tm_b, k0 + sub * (T::FP8 ? 128 : 64), tt * BN, full);
+                        for (int sub = 0; sub < C::B_SUB; ++sub)  // 128-byte columns: 64 f16 or 128 e4m3
+                            tma_load_2d(st + sub * BN * 128, &tm_b, k0 + sub * (T::FP8 ? 128 : 64), tt * BN, full);
+                    }
                     const u32 sa = st + C::B_BYTES;
                     if constexpr (T::A_SRC == A_FRAG) {
 #pragma unroll
                         for (int w = 0; w < WGS; ++w) {
                             const long long rt = (long long)rc * WGS + w;
-                            bulk_g2s_hint(sa + w * C::FRAG_WG, wcodes + (rt * K_pad + k0) * 32, C::FRAG_CODE, full,
-                                          wpolicy);
-                            bulk_g2s_hint(sa + w * C::FRAG_WG + C::FRAG_CODE,
-                                          wscales + (rt * (K_pad / T::BLOCK) + k0 / T::BLOCK) * 64 * T::SCALE_BYTES,
-                                          C::FRAG_SC, full, wpolicy);
+                            if (pw == w % PW)
+                                bulk_g2s_hint(sa + w * C::FRAG_WG, wcodes + (rt * K_pad + k0) * 32, C::FRAG_CODE,
+                                              full, wpolicy);
+                            if (pw == (WGS + w) % PW)
+                                bulk_g2s_hint(sa + w * C::FRAG_WG + C::FRAG_CODE,
+                                              wscales + (rt * (K_pad / T::BLOCK) + k0 / T::BLOCK) * 64 * T::SCALE_BYTES,
+                                              C::FRAG_SC, full, wpolicy);
                         }
                     } else if constexpr (T::A_SRC == A_PLANES) {
-                        tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);
+                        tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);  // (PW = 1)
                         tma_load_2d(sa + WGS * 64 * 64, &tm_a1, k0, rc * WGS * 64, full);
                     } else {
                         tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);

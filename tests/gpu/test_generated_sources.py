@@ -1,10 +1,10 @@
 """The generated CUDA texts stay byte-identical to those the prebuilt cubins were verified
 with on the GPU (CPU-only: headers recorded from main at 827e50f, before the kernel
 constants were derived from golden/storage.py; source digests those of the cubins of the
-engine with NestedFP8's two promotion passes and of the rewritten E4M3 quantizer, run on an
-H100 on 2026-11-27; both sources were edited after that run -- comments, and the engine's
-FP8 wgmma in one helper -- and the SASS of every engine and NestedFP kernel is identical).
-A change here needs a new GPU run."""
+engine with nvfp4's and mxfp4's four producer warps and of the rewritten E4M3 quantizer, run
+on an H100 on 2026-11-27; the engine's header comment was edited after that run, and the
+SASS of every engine kernel is identical to the cubins that ran). A change here needs a new
+GPU run."""
 import hashlib
 
 import pytest
@@ -19,8 +19,8 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['588ff93d1dfcea9897ea',
            '64356bfd549e1e756be3',
-           '86b3683670ace0260bcc',
            '887d6140b13a90362c1d',
+           'd1b2e0901b6d56bf5cc9',
            'd53fd1d8cd8db2b5d8f5']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
