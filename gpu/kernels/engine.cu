@@ -387,14 +387,12 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
     const int c = blockIdx.x, tile = c / P, c_first = tile * P, RTc = RT / WGS;
     fence_proxy_async_smem();  // the buffers were last read by wgmma (async proxy); cp.async writes them
     // one release per CTA: the barrier orders every thread's stores before thread 0's fence
+    // (and the arrival needs no reply: the spin reads the counter anyway)
     named_sync(BAR_CONSUMERS, CT);
     if (ct == 0) {
-        __threadfence();
-        atomicAdd(counters + tile, 1);
+        fence_acq_rel_gpu();
+        red_add_gpu(counters + tile, 1);
         while (ld_acquire_gpu(counters + tile) < P) __nanosleep(64);
-        // every part has passed its wait: the last to get here returns the counter to zero
-        // for the next launch (which touches it only after griddepcontrol.wait)
-        if (atomicAdd(counters + tile, 1) == 2 * P - 1) counters[tile] = 0;
     }
     named_sync(BAR_CONSUMERS, CT);
     // this CTA's float4 [f_lo, f_lo + n4) of every part -> shared [P][n4]
@@ -408,6 +406,10 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
         cp_async16(dst + 16 * i, src + (size_t)pp * 2 * F4 + k, 16);
     }
     cp_async_commit();
+    // every part has passed its wait: the last to depart returns the counter to zero for the
+    // next launch (which touches it only after griddepcontrol.wait). Here, while the gather's
+    // loads are in flight, not before them: its reply is an L2 round trip.
+    if (ct == 0 && atomicAdd(counters + tile, 1) == 2 * P - 1) counters[tile] = 0;
     cp_async_wait<0>();
     named_sync(BAR_CONSUMERS, CT);
     const int tt = tile / RTc, rc = tile % RTc, tok0 = tt * BN;
@@ -467,15 +469,18 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         // of c's stripe, 2c+1: its last. Every later contributor's stripe begins in the tile.
         constexpr int SLOT = CT * NACC;
         engine_store_partial<CT, NACC>(acc, ws + (size_t)(2 * c + (ubeg / KU == tile ? 0 : 1)) * SLOT, ct);
-        __threadfence();
+        // one release per CTA (the barrier orders every thread's stores before thread 0's
+        // fence) and, for the last arriver, one acquire of every earlier contributor's
         named_sync(BAR_CONSUMERS, CT);
         if (ct == 0) {
+            fence_acq_rel_gpu();
             const int prev = atomicAdd(counters + tile, 1);
-            *s_flag = (prev == c_last - c_first) ? 1 : 0;
+            const int last = prev == c_last - c_first;
+            if (last) fence_acq_rel_gpu();
+            *s_flag = last;
         }
         named_sync(BAR_CONSUMERS, CT);
         if (*s_flag == 0) return;
-        __threadfence();
         const int b_first = U0 + stripe_begin(c_first, U - U0, n_ctas);
         const int first_slot = 2 * c_first + (b_first < t_u0 ? 1 : 0);
         auto slot_of = [&](int cc) { return cc == c_first ? first_slot : 2 * cc; };

@@ -273,6 +273,15 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+// Release / acquire of a CTA's global writes by one thread after a barrier (CUTLASS's
+// GenericBarrier pattern): fence.acq_rel orders every write the barrier made visible to this
+// thread before the counter update that follows, and every read after it behind the updates
+// it observed. Lighter than __threadfence (fence.sc).
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+// Counter increment whose old value nobody needs (no wait for a reply).
+__device__ __forceinline__ void red_add_gpu(int* p, int v) {
+    asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ bool elect_lane0() { return (threadIdx.x & 31) == 0; }
 
 // ------------------------------------------------------------------ thread-block clusters (sm_90)
