@@ -30,7 +30,7 @@ from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
-           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
+           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "set_source", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
            "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
            "SMALL_LAYER_BYTES_256", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
            "PART_PARTS"]
@@ -255,8 +255,13 @@ def engine_name(fmt: str, cfg: EngineConfig, part: int = PART_STRIPES) -> str:
             f"{int(part)}>")
 
 
+def _active_source(traced: bool = False) -> str:
+    """The source the next launches compile from: :func:`set_source`'s, else the package's."""
+    return ("#define MT_ENGINE_TRACE 1\n" if traced else "") + (_SOURCE.get("src") or engine_source())
+
+
 def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False, part: int = PART_STRIPES):
-    src = ("#define MT_ENGINE_TRACE 1\n" if traced else "") + engine_source()
+    src = _active_source(traced)
     return prebuilt.get_kernel(src, engine_name(fmt, cfg, part), max_dynamic_smem=smem_bytes(fmt, cfg))
 
 
@@ -380,6 +385,7 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
 TRACE_FIELDS = ("entry", "ready", "first_copy", "first_data", "main_end", "end", "sm", "tiles")
 TRACE_SLOTS = len(TRACE_FIELDS)
 _TRACE: dict = {}
+_SOURCE: dict = {}
 
 
 def set_trace(buf) -> None:
@@ -392,6 +398,16 @@ def set_trace(buf) -> None:
         if not isinstance(buf, cp.ndarray) or buf.dtype != np.uint64:
             raise TypeError("set_trace: buf must be a CuPy uint64 array or None")
     _TRACE["buf"] = buf
+
+
+def set_source(src: str | None) -> None:
+    """Run the next engine launches from ``src``, a complete engine source as
+    :func:`engine_source` returns it (another revision's, or a variant's), or from the
+    package's again (``None``). Benchmarks only (``benchmarks/engine_ab.py``: same-process
+    A/B of two kernels); a source without prebuilt cubins compiles with NVRTC."""
+    if src is not None and (not isinstance(src, str) or "engine_gemm" not in src):
+        raise TypeError("set_source: src must be a complete engine source (a str defining engine_gemm) or None")
+    _SOURCE["src"] = src
 
 
 def _out(M, N, out, out_dtype):

@@ -231,3 +231,49 @@ def test_whole_rounds_rule(monkeypatch):
     assert e.whole_rounds(136, 64, 132, big, L2) == 1   # 4 x 64 >= 132
     monkeypatch.setattr(e, "HYBRID", False)
     assert e.whole_rounds(160, 400, 132, big, L2) == 0
+
+
+def test_set_source_switches_and_restores():
+    """engine.set_source (benchmarks' A/B): the next launches compile from the given source,
+    the trace define still in front, and None returns to the package's."""
+    own = e.engine_source()
+    other = "// variant\n" + own
+    try:
+        e.set_source(other)
+        assert e._active_source() == other
+        assert e._active_source(traced=True) == "#define MT_ENGINE_TRACE 1\n" + other
+    finally:
+        e.set_source(None)
+    assert e._active_source() == own
+    for bad in (b"bytes", "int main() {}", 3):
+        with pytest.raises(TypeError, match="complete engine source"):
+            e.set_source(bad)
+    assert e._active_source() == own
+
+
+def _engine_ab():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_ab.py"
+    spec = importlib.util.spec_from_file_location("engine_ab", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_engine_ab_dump_and_bad_sources(tmp_path):
+    """benchmarks/engine_ab.py: --dump writes this tree's source; bad --source arguments
+    stop with a message naming the problem, before any GPU work."""
+    ab = _engine_ab()
+    out = tmp_path / "old.cu"
+    assert ab.main(["--dump", str(out)]) == 0
+    assert out.read_text() == e.engine_source()
+    (tmp_path / "junk.cu").write_text("int main() {}\n")
+    cases = {("--source", "a=tree"): "at least two",
+             ("--source", "a=tree", "--source", "a=tree"): "given twice",
+             ("--source", "a=tree", "--source", "b"): "NAME=PATH",
+             ("--source", "a=tree", "--source", f"b={tmp_path / 'missing.cu'}"): "no such file",
+             ("--source", "a=tree", "--source", f"b={tmp_path / 'junk.cu'}"): "not an engine source"}
+    for argv, why in cases.items():
+        with pytest.raises(SystemExit, match=why):
+            ab.main(list(argv))

@@ -1,0 +1,182 @@
+"""Same-process A/B of two (or more) GEMM-engine sources on a Hopper GPU (development aid).
+
+A kernel change is measured against the kernel it replaces in one process, interleaved
+(A, B, then B, A, ...), on each format's default configuration (``engine.config_for``,
+the tuning table left out), with CUDA-graph replay, weights rotated past the L2 and cuBLAS
+FP16/FP8 timed beside them; each source runs through ``engine.set_source``. Outputs must be
+bitwise equal across the sources unless ``--allow-different`` (a change of the arithmetic).
+``--resident`` also times every case with a single weight set, resident in the L2 where it
+fits: how much of the time is the weights' path from the DRAM (docs/gpu.md, note 12).
+
+A source is a complete engine source as ``engine.engine_source()`` returns it: write one
+from a checkout with ``--dump FILE`` (the other revision's, before switching), and name the
+current tree's ``tree``. Sources without prebuilt cubins (``MACTILE_CUBIN_DIR``) compile
+with NVRTC on first use.
+
+    python benchmarks/engine_ab.py --dump old.cu                 # in the other checkout
+    python benchmarks/engine_ab.py --source old=old.cu --source new=tree \\
+        --formats nvfp4 nestedfp16 --ms 1 16 256 [--shapes 4096x4096 ...] [-o ab.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+FORMATS = ("nvfp4", "mxfp4", "razer", "razer-g128", "nestedfp16", "nestedfp8")
+
+
+def _sources(specs: list[str]) -> dict[str, str | None]:
+    """``NAME=PATH`` (``PATH`` = ``tree``: the package's source, ``None``) -> {name: source}."""
+    out: dict[str, str | None] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"engine_ab: --source {spec!r}: expected NAME=PATH or NAME=tree")
+        if name in out:
+            raise SystemExit(f"engine_ab: --source name {name!r} given twice")
+        if path == "tree":
+            out[name] = None
+            continue
+        p = Path(path)
+        if not p.is_file():
+            raise SystemExit(f"engine_ab: --source {name}={path}: no such file")
+        text = p.read_text(encoding="utf-8")
+        if "engine_gemm" not in text:
+            raise SystemExit(f"engine_ab: --source {name}={path}: not an engine source (no engine_gemm)")
+        out[name] = text
+    if len(out) < 2:
+        raise SystemExit("engine_ab: give at least two --source NAME=PATH (or NAME=tree)")
+    return out
+
+
+def _geomean(v) -> float:
+    return math.exp(sum(math.log(x) for x in v) / len(v))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dump", type=Path, default=None, metavar="FILE",
+                    help="write this tree's complete engine source to FILE and exit")
+    ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
+                    help="an engine source to time (PATH from --dump, or 'tree'); two or more")
+    ap.add_argument("--formats", nargs="+", default=["nvfp4"], choices=FORMATS)
+    ap.add_argument("--ms", nargs="+", type=int, default=[1, 16, 64, 256], help="token counts")
+    ap.add_argument("--shapes", nargs="+", default=None, metavar="KxN",
+                    help="layer shapes K x N (default: the benchmark's nine)")
+    ap.add_argument("--reps", type=int, default=2, help="interleaved rounds per case (default 2; best kept)")
+    ap.add_argument("--resident", action="store_true", help="also time each case with one weight set")
+    ap.add_argument("--allow-different", action="store_true",
+                    help="sources may round differently (no bitwise check)")
+    ap.add_argument("-o", "--out", type=Path, default=None, help="JSON file of the records")
+    args = ap.parse_args(argv)
+
+    from mactile.golden.fileio import atomic_write
+    from mactile.gpu import engine as e
+
+    if args.dump is not None:
+        atomic_write(args.dump, e.engine_source())
+        print(f"wrote {args.dump}")
+        return 0
+    sources = _sources(args.source)
+    if args.reps < 1:
+        raise SystemExit("engine_ab: --reps must be >= 1")
+    from mactile.gpu.bench.gemm_bench import FORMATS as SPECS, SHAPES, nestedfp_weight_sets, random_quantized
+
+    shapes = ([tuple(int(v) for v in t.lower().split("x")) for t in args.shapes] if args.shapes
+              else [(K, N) for _, _, K, N in SHAPES])
+
+    import cupy as cp
+
+    from mactile.gpu.bench.harness import rotation_count, time_launches, torch_baselines
+    from mactile.gpu.packing import pack_w4a16
+    from mactile.gpu.runtime import device_info
+
+    info = device_info()
+    L2 = info["l2_bytes"]
+    print(f"{info['name']} driver {info['versions'].get('driver')} {info['date']}", flush=True)
+    rng = np.random.default_rng(7)
+    names = list(sources)
+    records, ratios = [], {}
+    try:
+        for f in args.formats:
+            for K, N in shapes:
+                if f.startswith("nestedfp"):
+                    _, sets = nestedfp_weight_sets(cp, N, K, rng, L2)
+                    nbytes = (2 if f == "nestedfp16" else 1) * N * K
+                    mode = "fp16" if f == "nestedfp16" else "fp8"
+                else:
+                    q = random_quantized(SPECS[f], N, K, rng)
+                    first = pack_w4a16(q, layouts=("frag",), xp=cp)
+                    nbytes = first.nbytes("frag")
+                    sets = [first] + [pack_w4a16(q, layouts=("frag",), xp=cp)
+                                      for _ in range(rotation_count(nbytes, l2_bytes=L2) - 1)]
+                for M in args.ms:
+                    x = cp.asarray((rng.standard_normal((M, K)) * 0.5).astype(np.float16))
+                    ys = [cp.empty((M, N), dtype=cp.float16) for _ in sets]
+                    bl = torch_baselines(M, N, K, kinds=("fp16", "fp8"), l2_bytes=L2)
+                    fp16_us, fp8_us = bl["fp16"].timing.median_us, bl["fp8"].timing.median_us
+                    cfg = e.config_for(f, M, nbytes)
+                    if f.startswith("nestedfp"):
+                        def call(i, cfg=cfg, x=x):
+                            sets[i](x, mode=mode, config=cfg, y=ys[i])
+                    else:
+                        def call(i, cfg=cfg, x=x):
+                            e.gemm_fp4(x, sets[i], cfg=cfg, out=ys[i], pdl=e.use_pdl(M))
+                    times, resident, ref = {n: [] for n in names}, {n: [] for n in names}, None
+                    for rep in range(args.reps):
+                        for n in (names if rep % 2 == 0 else names[::-1]):
+                            e.set_source(sources[n])
+                            if rep == 0:  # correctness first: the sources against each other
+                                call(0)
+                                out = ys[0].get()
+                                if ref is None:
+                                    ref = out
+                                elif not args.allow_different and not np.array_equal(
+                                        out.view(np.uint16), ref.view(np.uint16)):
+                                    raise SystemExit(f"engine_ab: {f} {K}x{N} M={M}: source {n!r}'s output "
+                                                     f"differs from {names[0]!r}'s (--allow-different if intended)")
+                            times[n].append(time_launches(call, n_sets=len(sets)).median_us)
+                            if args.resident:
+                                resident[n].append(time_launches(call, n_sets=1).median_us)
+                    best = {n: min(t) for n, t in times.items()}
+                    base = fp8_us if f == "nestedfp8" else fp16_us
+                    rec = {"format": f, "K": K, "N": N, "M": M, "config": str(cfg), "weight_bytes": nbytes,
+                           "cublas_fp16_us": fp16_us, "cublas_fp8_us": fp8_us, "time_us": best,
+                           "speedup": {n: base / t for n, t in best.items()},
+                           "speedup_vs": "cuBLAS FP8" if f == "nestedfp8" else "cuBLAS FP16"}
+                    if args.resident:
+                        rec["resident_us"] = {n: min(t) for n, t in resident.items()}
+                    records.append(rec)
+                    for n in names:
+                        ratios.setdefault((f, M, n), []).append(rec["speedup"][n])
+                    print(f"{f:<10} {K:>5}x{N:<5} M={M:<4} {cfg.bn}/{cfg.wgs}/{cfg.schedule} "
+                          f"fp16 {fp16_us:8.2f} fp8 {fp8_us:8.2f} | "
+                          + " | ".join(f"{n} {best[n]:8.2f} ({rec['speedup'][n]:.2f}x"
+                                       + (f", resident {rec['resident_us'][n]:8.2f}" if args.resident else "")
+                                       + ")" for n in names), flush=True)
+                del sets
+    finally:
+        e.set_source(None)
+    summary = []
+    for (f, M, n), r in ratios.items():
+        g = _geomean(r)
+        summary.append({"format": f, "M": M, "source": n, "geomean_speedup": g, "min_over_geomean": min(r) / g,
+                        "shapes": len(r)})
+        print(f"GEOMEAN {f:<10} M={M:<4} {n:<10} {g:.3f}  (smallest shape {min(r) / g:.2f} of it)", flush=True)
+    if args.out is not None:
+        meta = {"device": info.get("name"), "date": info.get("date"), "versions": info.get("versions", {}),
+                "sources": {n: ("tree" if s is None else "file") for n, s in sources.items()},
+                "method": "same process, sources interleaved, best of --reps; CUDA-graph replay, weights "
+                          "rotated past the L2; each format's default configuration"}
+        atomic_write(args.out, json.dumps({"meta": meta, "records": records, "summary": summary}, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
