@@ -10,8 +10,9 @@ fits: how much of the time is the weights' path from the DRAM (docs/gpu.md, note
 
 A source is a complete engine source as ``engine.engine_source()`` returns it: write one
 from a checkout with ``--dump FILE`` (the other revision's, before switching), and name the
-current tree's ``tree``. Sources without prebuilt cubins (``MACTILE_CUBIN_DIR``) compile
-with NVRTC on first use.
+current tree's ``tree``. The sources must take the kernel parameters this tree's host code
+passes (``engine._run``): a revision that changed them needs its own host code. Sources
+without prebuilt cubins (``MACTILE_CUBIN_DIR``) compile with NVRTC on first use.
 
     python benchmarks/engine_ab.py --dump old.cu                 # in the other checkout
     python benchmarks/engine_ab.py --source old=old.cu --source new=tree \\

@@ -404,7 +404,8 @@ def set_source(src: str | None) -> None:
     """Run the next engine launches from ``src``, a complete engine source as
     :func:`engine_source` returns it (another revision's, or a variant's), or from the
     package's again (``None``). Benchmarks only (``benchmarks/engine_ab.py``: same-process
-    A/B of two kernels); a source without prebuilt cubins compiles with NVRTC."""
+    A/B of two kernels). Its kernels must take the parameters this module passes; a source
+    without prebuilt cubins compiles with NVRTC."""
     if src is not None and (not isinstance(src, str) or "engine_gemm" not in src):
         raise TypeError("set_source: src must be a complete engine source (a str defining engine_gemm) or None")
     _SOURCE["src"] = src
