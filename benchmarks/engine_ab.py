@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMATS = ("nvfp4", "mxfp4", "razer", "razer-g128", "nestedfp16", "nestedfp8")
+from mactile.gpu.formats import ENGINE_FORMATS
 
 
 def _sources(specs: list[str]) -> dict[str, str | None]:
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
                     help="write this tree's complete engine source to FILE and exit")
     ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
                     help="an engine source to time (PATH from --dump, or 'tree'); two or more")
-    ap.add_argument("--formats", nargs="+", default=["nvfp4"], choices=FORMATS)
+    ap.add_argument("--formats", nargs="+", default=["nvfp4"], choices=ENGINE_FORMATS)
     ap.add_argument("--ms", nargs="+", type=int, default=[1, 16, 64, 256], help="token counts")
     ap.add_argument("--shapes", nargs="+", default=None, metavar="KxN",
                     help="layer shapes K x N (default: the benchmark's nine)")
@@ -86,15 +86,14 @@ def main(argv=None) -> int:
     sources = _sources(args.source)
     if args.reps < 1:
         raise SystemExit("engine_ab: --reps must be >= 1")
-    from mactile.gpu.bench.gemm_bench import FORMATS as SPECS, SHAPES, nestedfp_weight_sets, random_quantized
+    from mactile.gpu.bench.gemm_bench import SHAPES, fp4_weight_sets, nestedfp_weight_sets
 
     shapes = ([tuple(int(v) for v in t.lower().split("x")) for t in args.shapes] if args.shapes
               else [(K, N) for _, _, K, N in SHAPES])
 
     import cupy as cp
 
-    from mactile.gpu.bench.harness import rotation_count, time_launches, torch_baselines
-    from mactile.gpu.packing import pack_w4a16
+    from mactile.gpu.bench.harness import time_launches, torch_baselines
     from mactile.gpu.runtime import device_info
 
     info = device_info()
@@ -111,11 +110,8 @@ def main(argv=None) -> int:
                     nbytes = (2 if f == "nestedfp16" else 1) * N * K
                     mode = "fp16" if f == "nestedfp16" else "fp8"
                 else:
-                    q = random_quantized(SPECS[f], N, K, rng)
-                    first = pack_w4a16(q, layouts=("frag",), xp=cp)
-                    nbytes = first.nbytes("frag")
-                    sets = [first] + [pack_w4a16(q, layouts=("frag",), xp=cp)
-                                      for _ in range(rotation_count(nbytes, l2_bytes=L2) - 1)]
+                    _, sets = fp4_weight_sets(cp, f, N, K, rng, L2, layouts=("frag",))
+                    nbytes = sets[0].nbytes("frag")
                 for M in args.ms:
                     x = cp.asarray((rng.standard_normal((M, K)) * 0.5).astype(np.float16))
                     ys = [cp.empty((M, N), dtype=cp.float16) for _ in sets]
