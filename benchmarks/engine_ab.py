@@ -17,6 +17,12 @@ without prebuilt cubins (``MACTILE_CUBIN_DIR``) compile with NVRTC on first use.
     python benchmarks/engine_ab.py --dump old.cu                 # in the other checkout
     python benchmarks/engine_ab.py --source old=old.cu --source new=tree \\
         --formats nvfp4 nestedfp16 --ms 1 16 256 [--shapes 4096x4096 ...] [-o ab.json]
+
+A host-side rule of ``mactile.gpu.engine`` (``PARTS_MIN``, ``STREAMK_IDLE``, ``HYBRID``, ...)
+is compared the same way: one source twice, one with ``--set NAME:CONST=VALUE`` (each
+source's configuration and partition are then taken under its own settings)::
+
+    python benchmarks/engine_ab.py --source p4=tree --source p2=tree --set p2:PARTS_MIN=2 --ms 64 256
 """
 from __future__ import annotations
 
@@ -55,6 +61,52 @@ def _sources(specs: list[str]) -> dict[str, str | None]:
     return out
 
 
+def _settings(specs: list[str], names, engine) -> dict[str, dict[str, object]]:
+    """``NAME:CONST=VALUE`` -> {source name: {engine constant: value}}: a host-side rule of
+    ``mactile.gpu.engine`` (e.g. ``PARTS_MIN``, ``STREAMK_IDLE``) set while that source runs,
+    its value parsed as the constant's own type (int, float or bool)."""
+    out: dict[str, dict[str, object]] = {n: {} for n in names}
+    for spec in specs:
+        name, sep, rest = spec.partition(":")
+        const, sep2, text = rest.partition("=")
+        if not sep or not sep2 or not name or not const or not text:
+            raise SystemExit(f"engine_ab: --set {spec!r}: expected NAME:CONST=VALUE")
+        if name not in out:
+            raise SystemExit(f"engine_ab: --set {spec!r}: no --source named {name!r}")
+        cur = getattr(engine, const, None) if const.isupper() else None
+        if type(cur) not in (bool, int, float):
+            raise SystemExit(f"engine_ab: --set {spec!r}: {const!r} is not a numeric or boolean "
+                             f"constant of mactile.gpu.engine")
+        try:
+            if type(cur) is bool:
+                if text.lower() not in ("0", "1", "true", "false"):
+                    raise ValueError(text)
+                value = text.lower() in ("1", "true")
+            else:
+                value = type(cur)(text)
+        except ValueError:
+            raise SystemExit(f"engine_ab: --set {spec!r}: {text!r} is not a valid {type(cur).__name__}") from None
+        out[name][const] = value
+    return out
+
+
+class _Constants:
+    """Set engine constants for one source's runs and put the previous values back."""
+
+    def __init__(self, engine, values: dict[str, object]):
+        self.engine, self.values, self.saved = engine, values, {}
+
+    def __enter__(self):
+        for k, v in self.values.items():
+            self.saved[k] = getattr(self.engine, k)
+            setattr(self.engine, k, v)
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            setattr(self.engine, k, v)
+        return False
+
+
 def _geomean(v) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v))
 
@@ -65,6 +117,9 @@ def main(argv=None) -> int:
                     help="write this tree's complete engine source to FILE and exit")
     ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
                     help="an engine source to time (PATH from --dump, or 'tree'); two or more")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME:CONST=VALUE",
+                    help="a host-side engine constant (e.g. PARTS_MIN) for source NAME's runs; "
+                         "repeatable (two sources may be the same file with different settings)")
     ap.add_argument("--formats", nargs="+", default=["nvfp4"], choices=ENGINE_FORMATS)
     ap.add_argument("--ms", nargs="+", type=int, default=[1, 16, 64, 256], help="token counts")
     ap.add_argument("--shapes", nargs="+", default=None, metavar="KxN",
@@ -84,6 +139,7 @@ def main(argv=None) -> int:
         print(f"wrote {args.dump}")
         return 0
     sources = _sources(args.source)
+    settings = _settings(args.set, list(sources), e)
     if args.reps < 1:
         raise SystemExit("engine_ab: --reps must be >= 1")
     from mactile.gpu.bench.gemm_bench import SHAPES, fp4_weight_sets, nestedfp_weight_sets
@@ -117,32 +173,39 @@ def main(argv=None) -> int:
                     ys = [cp.empty((M, N), dtype=cp.float16) for _ in sets]
                     bl = torch_baselines(M, N, K, kinds=("fp16", "fp8"), l2_bytes=L2)
                     fp16_us, fp8_us = bl["fp16"].timing.median_us, bl["fp8"].timing.median_us
-                    cfg = e.config_for(f, M, nbytes)
+                    cfgs = {}
+                    for n in names:  # each source's configuration under its own settings
+                        with _Constants(e, settings[n]):
+                            cfgs[n] = e.config_for(f, M, nbytes)
+                    cfg = cfgs[names[0]]
                     if f.startswith("nestedfp"):
-                        def call(i, cfg=cfg, x=x):
-                            sets[i](x, mode=mode, config=cfg, y=ys[i])
+                        def call(i, n, x=x):
+                            sets[i](x, mode=mode, config=cfgs[n], y=ys[i])
                     else:
-                        def call(i, cfg=cfg, x=x):
-                            e.gemm_fp4(x, sets[i], cfg=cfg, out=ys[i], pdl=e.use_pdl(M))
+                        def call(i, n, x=x):
+                            e.gemm_fp4(x, sets[i], cfg=cfgs[n], out=ys[i], pdl=e.use_pdl(M))
                     times, resident, ref = {n: [] for n in names}, {n: [] for n in names}, None
                     for rep in range(args.reps):
                         for n in (names if rep % 2 == 0 else names[::-1]):
-                            e.set_source(sources[n])
-                            if rep == 0:  # correctness first: the sources against each other
-                                call(0)
-                                out = ys[0].get()
-                                if ref is None:
-                                    ref = out
-                                elif not args.allow_different and not np.array_equal(
-                                        out.view(np.uint16), ref.view(np.uint16)):
-                                    raise SystemExit(f"engine_ab: {f} {K}x{N} M={M}: source {n!r}'s output "
-                                                     f"differs from {names[0]!r}'s (--allow-different if intended)")
-                            times[n].append(time_launches(call, n_sets=len(sets)).median_us)
-                            if args.resident:
-                                resident[n].append(time_launches(call, n_sets=1).median_us)
+                            with _Constants(e, settings[n]):
+                                e.set_source(sources[n])
+                                if rep == 0:  # correctness first: the sources against each other
+                                    call(0, n)
+                                    out = ys[0].get()
+                                    if ref is None:
+                                        ref = out
+                                    elif not args.allow_different and not np.array_equal(
+                                            out.view(np.uint16), ref.view(np.uint16)):
+                                        raise SystemExit(f"engine_ab: {f} {K}x{N} M={M}: source {n!r}'s output "
+                                                         f"differs from {names[0]!r}'s (--allow-different if intended)")
+                                times[n].append(time_launches(lambda i, n=n: call(i, n), n_sets=len(sets)).median_us)
+                                if args.resident:
+                                    resident[n].append(time_launches(lambda i, n=n: call(i, n), n_sets=1).median_us)
                     best = {n: min(t) for n, t in times.items()}
                     base = fp8_us if f == "nestedfp8" else fp16_us
                     rec = {"format": f, "K": K, "N": N, "M": M, "config": str(cfg), "weight_bytes": nbytes,
+                           "settings": {n: settings[n] for n in names if settings[n]},
+                           "configs": {n: str(c) for n, c in cfgs.items()},
                            "cublas_fp16_us": fp16_us, "cublas_fp8_us": fp8_us, "time_us": best,
                            "speedup": {n: base / t for n, t in best.items()},
                            "speedup_vs": "cuBLAS FP8" if f == "nestedfp8" else "cuBLAS FP16"}
@@ -151,7 +214,9 @@ def main(argv=None) -> int:
                     records.append(rec)
                     for n in names:
                         ratios.setdefault((f, M, n), []).append(rec["speedup"][n])
-                    print(f"{f:<10} {K:>5}x{N:<5} M={M:<4} {cfg.bn}/{cfg.wgs}/{cfg.schedule} "
+                    shown = (f"{cfg.bn}/{cfg.wgs}/{cfg.schedule}" if len({str(c) for c in cfgs.values()}) == 1
+                             else ",".join(f"{n}:{c.bn}/{c.wgs}/{c.schedule}/{c.n_ctas}" for n, c in cfgs.items()))
+                    print(f"{f:<10} {K:>5}x{N:<5} M={M:<4} {shown} "
                           f"fp16 {fp16_us:8.2f} fp8 {fp8_us:8.2f} | "
                           + " | ".join(f"{n} {best[n]:8.2f} ({rec['speedup'][n]:.2f}x"
                                        + (f", resident {rec['resident_us'][n]:8.2f}" if args.resident else "")
@@ -168,6 +233,7 @@ def main(argv=None) -> int:
     if args.out is not None:
         meta = {"device": info.get("name"), "date": info.get("date"), "versions": info.get("versions", {}),
                 "sources": {n: ("tree" if s is None else "file") for n, s in sources.items()},
+                "settings": {n: v for n, v in settings.items() if v},
                 "method": "same process, sources interleaved, best of --reps; CUDA-graph replay, weights "
                           "rotated past the L2; each format's default configuration"}
         atomic_write(args.out, json.dumps({"meta": meta, "records": records, "summary": summary}, indent=1))

@@ -61,7 +61,9 @@ PARTS_REDUCE = True
 #: replay with PDL): 4-12 parts gained up to 21% (4096x4096 at M = 64: 16.4 -> 12.9 us) and
 #: lost nowhere beyond 1%; 2-3 parts, where the last arriver reads only 1-2 partial tiles,
 #: lost up to 6% (5120x10240 at M = 64, 3 parts: 24.0 -> 25.4 us; 8192x8192 at M = 256,
-#: 2 parts: 54.0 -> 56.0 us), so they keep the last arriver.
+#: 2 parts: 54.0 -> 56.0 us), and 10% when re-measured after the lighter publication of
+#: partial sums (the same case 52.1 -> 58.2 us; docs/gpu.md note 13), so they keep the last
+#: arriver.
 PARTS_MIN = 4
 #: Fewer tiles than this fraction of the SMs, but more than half of them: stream-K over every
 #: SM rather than one whole tile per CTA (:func:`default_ctas`). Measured on the H100 (one

@@ -277,3 +277,24 @@ def test_engine_ab_dump_and_bad_sources(tmp_path):
     for argv, why in cases.items():
         with pytest.raises(SystemExit, match=why):
             ab.main(list(argv))
+
+
+def test_engine_ab_settings():
+    """engine_ab.py --set NAME:CONST=VALUE: parsed as the engine constant's own type, set only
+    while that source runs and put back after; a bad setting stops with a clear message."""
+    ab = _engine_ab()
+    got = ab._settings(["p2:PARTS_MIN=2", "p2:HYBRID=false", "p2:STREAMK_IDLE=0.5"], ["p4", "p2"], e)
+    assert got == {"p4": {}, "p2": {"PARTS_MIN": 2, "HYBRID": False, "STREAMK_IDLE": 0.5}}
+    before = e.PARTS_MIN
+    with ab._Constants(e, {"PARTS_MIN": before + 3}):
+        assert e.PARTS_MIN == before + 3
+    assert e.PARTS_MIN == before
+    cases = {"p2PARTS_MIN=2": "NAME:CONST=VALUE", "p2:PARTS_MIN": "NAME:CONST=VALUE",
+             "p9:PARTS_MIN=2": "no --source named", "p2:NOT_THERE=1": "not a numeric or boolean",
+             "p2:engine_source=1": "not a numeric or boolean", "p2:PARTS_MIN=two": "not a valid int",
+             "p2:HYBRID=maybe": "not a valid bool"}
+    for spec, why in cases.items():
+        with pytest.raises(SystemExit, match=why):
+            ab._settings([spec], ["p4", "p2"], e)
+    with pytest.raises(SystemExit, match="no --source named"):  # through main, before GPU work
+        ab.main(["--source", "a=tree", "--source", "b=tree", "--set", "c:PARTS_MIN=2"])
