@@ -33,7 +33,8 @@ __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "set_source", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
            "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
            "SMALL_LAYER_BYTES_256", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
-           "PART_PARTS"]
+           "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS", "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts",
+           "clusters_fit"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -246,8 +247,9 @@ def engine_source() -> str:
 
 
 #: Work partitions of the kernel (its ``PART`` template argument): stream-K stripes, whole-tile
-#: rounds before them (:func:`whole_rounds`), or equal parts summed together (:func:`split_parts`).
-PART_STRIPES, PART_HYBRID, PART_PARTS = 0, 1, 2
+#: rounds before them (:func:`whole_rounds`), equal parts summed together (:func:`split_parts`),
+#: or parts summed in a cluster of each tile's CTAs (:func:`cluster_parts`).
+PART_STRIPES, PART_HYBRID, PART_PARTS, PART_CLUSTER = 0, 1, 2, 3
 
 
 def engine_name(fmt: str, cfg: EngineConfig, part: int = PART_STRIPES) -> str:
@@ -367,11 +369,15 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     if cfg.bn >= HYB_MIN_BN:
         act = M * K_pad * (1 if tr["FP8"] else 2)
         NF = whole_rounds(tiles, units // tiles, C, act, l2_bytes())
-    P = split_parts(tiles, C, NF)
-    ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
     trace = _TRACE.get("buf")
-    part = PART_PARTS if P else PART_HYBRID if NF else PART_STRIPES
-    fn = _kernel(fmt, cfg, traced=trace is not None, part=part)
+    PC = cluster_parts(tiles, C, NF, cfg.bn)
+    fn = _kernel(fmt, cfg, traced=trace is not None, part=PART_CLUSTER) if PC else None
+    if PC and not clusters_fit(fn, cfg, fmt, PC, tiles):
+        PC, fn = 0, None
+    P = PC or split_parts(tiles, C, NF)
+    ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
+    part = PART_CLUSTER if PC else PART_PARTS if P else PART_HYBRID if NF else PART_STRIPES
+    fn = fn or _kernel(fmt, cfg, traced=trace is not None, part=part)
     out_f32 = y.dtype == np.float32
     if trace is not None and trace.size < TRACE_SLOTS * C:
         raise ValueError(f"trace buffer holds {trace.size} stamps; this launch needs {TRACE_SLOTS * C}")
@@ -379,7 +385,7 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
            (tm_b, tm_a0, tm_a1, wcodes, wscales, col_scale, y, ws, cnt, np.int32(M), np.int32(N),
             np.int32(K_pad), np.int32(RT), np.int32(TT), np.int32(C), np.int32(NF), np.int32(P), np.float32(out_scale),
             np.int32(out_f32), *(np.uint32(v) for v in lut), trace),
-           shared_mem=smem_bytes(fmt, cfg), pdl=pdl)
+           shared_mem=smem_bytes(fmt, cfg), pdl=pdl, cluster=PC or 1)
     return y
 
 
@@ -524,6 +530,48 @@ def split_parts(tiles: int, n_ctas: int, nf: int = 0, sms: int | None = None) ->
     return P if P >= max(2, PARTS_MIN) else 0
 
 
+#: Whether a launch whose tiles are each split into 2..:data:`CLUSTER_MAX_P` parts, one per
+#: CTA, sums them in a cluster of the tile's CTAs through distributed shared memory
+#: (:func:`cluster_parts`) rather than through the L2. A switch for A/B measurements.
+CLUSTER_PARTS = True
+#: Most parts (cluster size) summed in a cluster.
+CLUSTER_MAX_P = 4
+#: Smallest token tile summed in clusters: each CTA writes whole epilogue passes (64 tokens)
+#: of the tile, at least one.
+CLUSTER_MIN_BN = 128
+
+
+def cluster_parts(tiles: int, n_ctas: int, nf: int, bn: int, sms: int | None = None) -> int:
+    """Parts per tile summed in a cluster of the tile's CTAs (``PART_CLUSTER``), or 0: every
+    tile split into the same ``P`` in 2..:data:`CLUSTER_MAX_P` parts, one stripe per CTA
+    (``n_ctas = P tiles``, no whole-tile rounds ``nf``), token tiles of at least
+    :data:`CLUSTER_MIN_BN` (with ``P <= bn / 64``: a whole epilogue pass per CTA), the grid at
+    most one CTA per SM (``sms``, default the device's) and :data:`CLUSTER_PARTS` on. Each CTA
+    sends its sums of the others' passes to their shared memory and writes its own: no
+    partial sums through the L2 (docs/gpu.md note 14). The caller also checks that the GPU
+    holds every cluster at once (:func:`clusters_fit`)."""
+    if not CLUSTER_PARTS or nf or bn < CLUSTER_MIN_BN or tiles <= 0 or n_ctas % tiles:
+        return 0
+    P = n_ctas // tiles
+    if not 2 <= P <= min(CLUSTER_MAX_P, bn // 64) or n_ctas > (sms or sm_count()):
+        return 0
+    return P
+
+
+def clusters_fit(fn, cfg: EngineConfig, fmt: str, P: int, n_clusters: int) -> bool:
+    """Whether the GPU holds ``n_clusters`` clusters of ``P`` CTAs of kernel ``fn`` at once
+    (``cuOccupancyMaxActiveClusters``, cached per kernel and size): a second wave of
+    clusters would double the launch's time."""
+    from .launch import max_active_clusters  # noqa: PLC0415
+    key = (id(fn), P)
+    if key not in _CLUSTERS_FIT:
+        _CLUSTERS_FIT[key] = max_active_clusters(fn, (cfg.wgs + 1) * 128, smem_bytes(fmt, cfg), P)
+    return _CLUSTERS_FIT[key] >= n_clusters
+
+
+_CLUSTERS_FIT: dict = {}
+
+
 def _variants(fmt: str, bn: int) -> list[EngineConfig]:
     """The configurations tried for token tile ``bn`` (tuning), deepest pipeline each: two
     consumer warpgroups, and four where they fit their registers (:func:`_wgs4_max`); either
@@ -593,10 +641,12 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
 def prebuilt_names() -> list[str]:
     """Every prebuilt engine kernel: each instance with stream-K stripes, with whole-tile
     rounds from :data:`HYB_MIN_BN` tokens, and (the defaults and the tuning table's entries,
-    not the variants only a tuning sweep times) with parts summed together."""
+    not the variants only a tuning sweep times) with parts summed together and, from
+    :data:`CLUSTER_MIN_BN` tokens, with parts summed in a cluster."""
     names = {engine_name(f, c, PART_STRIPES) for f, c in instances()}
     names |= {engine_name(f, c, PART_HYBRID) for f, c in instances() if c.bn >= HYB_MIN_BN}
     names |= {engine_name(f, c, PART_PARTS) for f, c in instances(tuning=False)}
+    names |= {engine_name(f, c, PART_CLUSTER) for f, c in instances(tuning=False) if c.bn >= CLUSTER_MIN_BN}
     return sorted(names)
 
 

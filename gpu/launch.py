@@ -7,8 +7,10 @@ dependent launch (PDL), through the CUDA driver API.
 * :func:`launch` -- ``cuLaunchKernelEx`` on CuPy's current stream with kernel arguments of
   any of these kinds: CuPy arrays (their device pointer), ``None`` (a null pointer), NumPy
   ``int32``/``uint32``/``int64``/``float32`` scalars, :class:`TensorMap` (by value); and,
-  with ``pdl=True``, the programmatic-stream-serialization attribute. Works inside CUDA
+  with ``pdl=True``, the programmatic-stream-serialization attribute, and with ``cluster=n``
+  the cluster-dimension attribute (thread-block clusters chosen at launch). Works inside CUDA
   graph capture.
+* :func:`max_active_clusters` -- how many clusters of a kernel the GPU holds at once.
 
 Both go through ``libcuda`` with :mod:`ctypes` (the driver CuPy already loaded), so nothing
 beyond CuPy is needed. Nothing here runs at import.
@@ -20,7 +22,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["TensorMap", "launch", "DTYPES", "SWIZZLE"]
+__all__ = ["TensorMap", "launch", "max_active_clusters", "DTYPES", "SWIZZLE"]
 
 #: CUtensorMapDataType of the element types the kernels copy.
 DTYPES = {np.dtype(np.uint8): 0, np.dtype(np.uint16): 1, np.dtype(np.float16): 6,
@@ -29,6 +31,7 @@ DTYPES = {np.dtype(np.uint8): 0, np.dtype(np.uint16): 1, np.dtype(np.float16): 6
 SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_256B = 3
 _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,6 +111,35 @@ class TensorMap:
         return (ctypes.c_uint64 * 16).from_address(self._addr)
 
 
+def max_active_clusters(fn, threads: int, shared_mem: int, cluster: int) -> int:
+    """How many clusters of ``cluster`` CTAs (``threads`` threads, ``shared_mem`` bytes of
+    dynamic shared memory each) of kernel ``fn`` the GPU holds at once
+    (``cuOccupancyMaxActiveClusters``).
+
+    Raises
+    ------
+    RuntimeError
+        When the driver refuses the query (the CUresult is named).
+    """
+    lib = _libcuda()
+    cfg = _LaunchConfig(cluster, 1, 1, int(threads), 1, 1, int(shared_mem), None, None, 0)
+    attr = _LaunchAttribute()
+    attr.id = _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    ctypes.memmove(ctypes.addressof(attr) + _LaunchAttribute.value.offset,
+                   ctypes.byref((ctypes.c_uint * 3)(int(cluster), 1, 1)), 12)
+    cfg.attrs = ctypes.addressof(attr)
+    cfg.numAttrs = 1
+    n = ctypes.c_int(0)
+    q = lib.cuOccupancyMaxActiveClusters
+    q.restype = ctypes.c_int
+    q.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_void_p]
+    err = q(ctypes.byref(n), ctypes.c_void_p(_handle(fn)), ctypes.byref(cfg))
+    if err != 0:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters failed (CUresult {err}) for clusters of {cluster}, "
+                           f"{threads} threads, {shared_mem} bytes of shared memory")
+    return int(n.value)
+
+
 def _handle(fn) -> int:
     for path in (("kernel", "ptr"), ("ptr",), ("_kernel", "ptr")):
         obj = fn
@@ -139,28 +171,43 @@ def _arg(a):
                     "None, TensorMap and numpy int32/uint32/int64/float32 scalars)")
 
 
-def launch(fn, grid, block, args, *, shared_mem: int = 0, stream=None, pdl: bool = False) -> None:
-    """Launch CuPy kernel ``fn`` on ``stream`` (default: CuPy's current stream).
+def launch(fn, grid, block, args, *, shared_mem: int = 0, stream=None, pdl: bool = False,
+           cluster: int = 1) -> None:
+    """Launch CuPy kernel ``fn`` on ``stream`` (default: CuPy's current stream); with
+    ``cluster`` > 1, as thread-block clusters of that many consecutive CTAs along x (the grid's
+    x a multiple of it; for a kernel compiled without ``__cluster_dims__``).
 
     Raises
     ------
+    ValueError
+        When the grid's x is not a multiple of ``cluster`` (or ``cluster`` < 1).
     RuntimeError
         When the driver refuses the launch (the CUresult is named).
     """
-    import cupy as cp  # noqa: PLC0415
-
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
     block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
+    if cluster < 1 or grid[0] % cluster:
+        raise ValueError(f"launch: grid x {grid[0]} is not a multiple of the cluster size {cluster}")
+    import cupy as cp  # noqa: PLC0415
+
     st = cp.cuda.get_current_stream() if stream is None else stream
     cfg = _LaunchConfig(grid[0], grid[1], grid[2], block[0], block[1], block[2], int(shared_mem),
                         ctypes.c_void_p(int(st.ptr)), None, 0)
-    attr = _LaunchAttribute()
+    attrs = (_LaunchAttribute * 2)()
+    n = 0
     if pdl:
-        attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        ctypes.memmove(ctypes.addressof(attr) + _LaunchAttribute.value.offset,
+        attrs[n].id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        ctypes.memmove(ctypes.addressof(attrs[n]) + _LaunchAttribute.value.offset,
                        ctypes.byref(ctypes.c_int(1)), 4)
-        cfg.attrs = ctypes.addressof(attr)
-        cfg.numAttrs = 1
+        n += 1
+    if cluster > 1:  # value: CUlaunchAttributeValue.clusterDim {x, y, z}
+        attrs[n].id = _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        ctypes.memmove(ctypes.addressof(attrs[n]) + _LaunchAttribute.value.offset,
+                       ctypes.byref((ctypes.c_uint * 3)(int(cluster), 1, 1)), 12)
+        n += 1
+    if n:
+        cfg.attrs = ctypes.addressof(attrs)
+        cfg.numAttrs = n
     vals = [_arg(a) for a in args]
     ptrs = (ctypes.c_void_p * max(1, len(vals)))(*[ctypes.addressof(v) for v in vals])
     err = _libcuda().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(_handle(fn)), ptrs, None)

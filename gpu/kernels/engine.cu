@@ -442,6 +442,11 @@ __device__ __noinline__ void engine_reduce_parts(int RT, int P, const float* __r
     }
 }
 
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_write_tile(const float (&acc)[BN / 2], int tile, int RTc, uint8_t* epi,
+                                                  const float* __restrict__ col_scale, void* __restrict__ y,
+                                                  int M, int N, float out_scale, int out_f32, int j_lo, int j_hi);
+
 // Tile `tile` of this CTA is done: write it (sole owner), or store this CTA's FP32 sums and,
 // if last to arrive, add every contributor's sums in stripe order and write. The sum is
 // formed in the same order whoever arrives last: (((p_first + p_2) + ...) + p_last), the
@@ -454,11 +459,8 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
                                                    int N, float out_scale, int out_f32) {
     using C = EngCfg<F, BN, STAGES, WGS>;
     constexpr int NACC = C::NACC, CT = C::CT;
-    const int ct = threadIdx.x - 128, cw = ct >> 7, wi = (ct >> 5) & 3;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int ct = threadIdx.x - 128;
     const int c = blockIdx.x;
-    const int tt = tile / RTc, rc = tile % RTc;
-    const int tok0 = tt * BN, nb = (rc * WGS + cw) * 64;
     const int t_u0 = tile * KU;
     // tiles of the whole-tile rounds (t_u0 < U0) have one owner; the others are striped over
     // units U0..U-1
@@ -524,10 +526,26 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
         for (int cc = c + 1; cc <= c_last; ++cc) engine_add_partial<CT, NACC>(acc, ws + (size_t)(2 * cc) * SLOT, ct);
         if (ct == 0) counters[tile] = 0;  // ready for the next launch (graph replay)
     }
+    engine_write_tile<F, BN, STAGES, WGS>(acc, tile, RTc, epi, col_scale, y, M, N, out_scale, out_f32, 0, BN / 8);
+}
+
+// Write the token chunks [j_lo, j_hi) (8 tokens each; bounds at epilogue passes of EPI_TOK
+// tokens) of tile `tile` from the FP32 sums in acc: output scale, per-token scale, FP16 or FP32.
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_write_tile(const float (&acc)[BN / 2], int tile, int RTc, uint8_t* epi,
+                                                  const float* __restrict__ col_scale, void* __restrict__ y,
+                                                  int M, int N, float out_scale, int out_f32, int j_lo, int j_hi) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    constexpr int NACC = C::NACC;
+    const int ct = threadIdx.x - 128, cw = ct >> 7, wi = (ct >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tt = tile / RTc, rc = tile % RTc;
+    const int tok0 = tt * BN, nb = (rc * WGS + cw) * 64;
     if (out_f32) {  // FP32 output (tests): straight from the registers
         const int n0 = nb + wi * 16 + g;
 #pragma unroll
         for (int i = 0; i < NACC; ++i) {
+            if ((i >> 2) < j_lo || (i >> 2) >= j_hi) continue;
             const int tok = tok0 + 8 * (i >> 2) + 2 * t + (i & 1);
             const int n = n0 + 8 * ((i >> 1) & 1);
             if (tok < M && n < N)
@@ -542,6 +560,7 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
     __half* yh = reinterpret_cast<__half*>(y);
 #pragma unroll
     for (int p0 = 0; p0 < BN / 8; p0 += C::EPI_TOK / 8) {  // token chunks of 8 in this pass
+        if (p0 < j_lo || p0 >= j_hi) continue;  // (uniform: the pass's barriers stay matched)
 #pragma unroll
         for (int j = p0; j < p0 + C::EPI_TOK / 8; j += 2) {
             u32 h[4];
@@ -583,10 +602,90 @@ __device__ __forceinline__ void engine_finish_tile(float (&acc)[BN / 2], int til
     }
 }
 
+// The token chunks (8 tokens) of a tile dealt out to P ranks by epilogue passes of JP chunks
+// (engine_cluster_parts, below).
+template <int BN, int JP, int P>
+struct ClusterSplit {
+    static constexpr int J = BN / 8, NP = J / JP;
+    static constexpr int SL = (NP + P - 1) / P * JP;              // most chunks a rank owns
+    static constexpr __host__ __device__ int first(int q) { return q * NP / P * JP; }  // rank q's first chunk
+    static constexpr __host__ __device__ int owner(int j) { return ((j / JP + 1) * P - 1) / NP; }
+};
+
+// The exchange and sums of engine_cluster_parts for P parts (compile-time: every chunk's
+// owner and buffer slot known, the accumulators indexed by constants).
+template <int F, int BN, int STAGES, int WGS, int P>
+__device__ __forceinline__ void engine_cluster_sum(float (&acc)[BN / 2], int r, uint8_t* smem) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    constexpr int CT = C::CT;
+    using S = ClusterSplit<BN, C::EPI_TOK / 8, P>;
+    static_assert((P - 1) * S::SL * CT * 16 <= STAGES * C::STAGE_BYTES, "the others' sums fit the buffers");
+    const int ct = threadIdx.x - 128;
+    // every CTA's wgmmas (async proxy) are done with its buffers before the others write them
+    fence_proxy_async_smem();
+    cluster_sync();  // every non-exited thread of the cluster (the producer warps have returned)
+    // my sums of the others' chunks into their buffers: [source slot][chunk - its first][ct]
+    // float4, the slots in rank order without the owner's own
+    const u32 base = smem_u32(smem);
+#pragma unroll
+    for (int j = 0; j < S::J; ++j) {
+        const int o = S::owner(j);
+        if (o == r) continue;
+        const int slot = r < o ? r : r - 1;
+        const u32 remote = dsmem_map(base + (u32)(((slot * S::SL + j - S::first(o)) * CT + ct) * 16), (u32)o);
+        st_dsmem_f32x4(remote, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    cluster_sync();  // release / acquire: the others' sums are in my buffers
+    const float4* got = reinterpret_cast<const float4*>(smem);
+#pragma unroll
+    for (int j = 0; j < S::J; ++j) {
+        if (S::owner(j) != r) continue;
+        const int off = (j - S::first(S::owner(j))) * CT + ct;
+        float4 v = r == 0 ? make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]) : got[off];
+#pragma unroll
+        for (int p = 1; p < P; ++p) {  // part order: ((p0 + p1) + p2) + p3, mine in its place
+            const float4 q = p == r ? make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+                                    : got[(p < r ? p : p - 1) * S::SL * CT + off];
+            v = make_float4(q.x + v.x, q.y + v.y, q.z + v.z, q.w + v.w);
+        }
+        acc[4 * j] = v.x;
+        acc[4 * j + 1] = v.y;
+        acc[4 * j + 2] = v.z;
+        acc[4 * j + 3] = v.w;
+    }
+}
+
+// PART = 3: tile `tile` split into P = 2..4 parts whose CTAs form one P-CTA cluster (rank =
+// part; the host launches these kernels with cluster dimension P only then, and only where
+// the GPU holds every cluster at once). The partial sums never leave the chip: the tile's
+// epilogue passes (EPI_TOK tokens each) are dealt out to the ranks in order, each rank
+// writes its sums of the others' passes into their pipeline buffers (distributed shared
+// memory, free once every CTA's wgmmas are done), and each adds its own passes in part
+// order, ((p0 + p1) + p2) + p3 with its own sums in their place: the additions of the last
+// arriver, so its bits. Through the L2 (the last arriver, or parts summed together) every
+// CTA stored a 128 KB tile of partial sums and read one back, all at once: 13-24% of the
+// span at M = 256 (docs/gpu.md note 13 (f)).
+template <int F, int BN, int STAGES, int WGS>
+__device__ __forceinline__ void engine_cluster_parts(float (&acc)[BN / 2], int tile, int RTc, int P, uint8_t* smem,
+                                                     uint8_t* epi, const float* __restrict__ col_scale,
+                                                     void* __restrict__ y, int M, int N, float out_scale,
+                                                     int out_f32) {
+    using C = EngCfg<F, BN, STAGES, WGS>;
+    constexpr int JP = C::EPI_TOK / 8, NP = BN / 8 / JP;
+    const int r = (int)cluster_ctarank();
+    if (P == 2) engine_cluster_sum<F, BN, STAGES, WGS, 2>(acc, r, smem);
+    if constexpr (NP >= 3) if (P == 3) engine_cluster_sum<F, BN, STAGES, WGS, 3>(acc, r, smem);
+    if constexpr (NP >= 4) if (P == 4) engine_cluster_sum<F, BN, STAGES, WGS, 4>(acc, r, smem);
+    engine_write_tile<F, BN, STAGES, WGS>(acc, tile, RTc, epi, col_scale, y, M, N, out_scale, out_f32,
+                                          r * NP / P * JP, (r + 1) * NP / P * JP);  // ClusterSplit::first
+}
+
 // ------------------------------------------------------------------ the kernel
 // PART, the work partition: 0, stripes only (stream-K; NF and P ignored); 1, NF rounds of
 // whole tiles before the stripes (hybrid stream-K); 2, P >= 2 parts of every tile, one stripe
-// per CTA, summed by all P together (engine_reduce_parts). Separate instantiations: the
+// per CTA, summed by all P together (engine_reduce_parts); 3, P = 2..4 parts of every tile,
+// one stripe per CTA, each tile's CTAs a cluster summing through distributed shared memory
+// (engine_cluster_parts). Separate instantiations: the
 // loops of the stripes alone measured 2-8% faster than the hybrid loops with NF = 0, and the
 // parts' finish in the same kernel as the last arriver's cost the k-loop of the 4-warpgroup
 // kernels 10% more instructions (address arithmetic; 4-5% of the time at M = 1 and 16).
@@ -933,7 +1032,10 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             if (lane == 0) mbar_arrive(bar_empty + 8 * (s == 0 ? STAGES - 1 : s - 1));  // the tile's last stage
         }
         MT_TRACE(TR_MAIN_END, ct == 0 && last, globaltimer());
-        if constexpr (PART == 2) {  // this CTA's only tile, one of its P parts
+        if constexpr (PART == 3) {  // this CTA's only tile, one of its P parts, the others in the cluster
+            engine_cluster_parts<F, BN, STAGES, WGS>(acc, tile, RTc, P, smem, epi, col_scale, y, M, N, out_scale,
+                                                     out_f32);
+        } else if constexpr (PART == 2) {  // this CTA's only tile, one of its P parts
             engine_store_partial<C::CT, NACC>(acc, ws + (size_t)(2 * c) * C::CT * NACC, ct);
             engine_reduce_parts<F, BN, STAGES, WGS>(RT, P, col_scale, y, ws, counters, M, N, out_scale, out_f32);
         } else {

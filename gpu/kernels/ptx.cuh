@@ -302,11 +302,19 @@ __device__ __forceinline__ void cluster_wait() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// Shared::cluster address of `local` (a shared variable of this CTA) in CTA `rank`.
-__device__ __forceinline__ u32 dsmem_addr(const void* local, u32 rank) {
+// Shared::cluster address of the shared-memory address `local` (this CTA's) in CTA `rank`.
+__device__ __forceinline__ u32 dsmem_map(u32 local, u32 rank) {
     u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
     return remote;
+}
+// Shared::cluster address of `local` (a shared variable of this CTA) in CTA `rank`.
+__device__ __forceinline__ u32 dsmem_addr(const void* local, u32 rank) { return dsmem_map(smem_u32(local), rank); }
+// A 16-byte store into another CTA's shared memory at shared::cluster address `remote`
+// (dsmem_addr); visible to that CTA after a cluster barrier (release / acquire).
+__device__ __forceinline__ void st_dsmem_f32x4(u32 remote, float a, float b, float c, float d) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(remote), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 // Loads from another CTA's shared memory (distributed shared memory), after a cluster barrier.
 // The "memory" clobber keeps them from being reordered with ordinary shared-memory accesses.

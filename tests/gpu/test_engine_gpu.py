@@ -226,6 +226,54 @@ def test_parts_reduce_equals_last_arriver(M, rng, monkeypatch):
     assert runs == 12
 
 
+@pytest.mark.parametrize("M", [100, 256])
+def test_cluster_parts_equal_last_arriver(M, rng, monkeypatch):
+    """Parts of a tile summed in a cluster of its CTAs (engine_cluster_parts, distributed
+    shared memory) have the bits of the sums through the L2 (the last arriver for 2 and 3
+    parts, the parts summed together for 4): FP16 and FP32 outputs, every A source (frag
+    codes: nvfp4, RESCALE razer-g128; byte planes: NestedFP16; FP8 with per-token output
+    scales: NestedFP8), 128- and 256-token tiles, a ragged N and M, and CUDA-graph replay."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    cp = cupy()
+    e = _engine()
+    N, K = 330, 2048  # 6 row tiles of 64: 3 tiles of two warpgroups, the last one ragged
+    x = cp.asarray((rng.standard_normal((M, K)) * rng.uniform(0.2, 3.0, (M, 1))).astype(np.float16))
+    packed = {f.name: pack_w4a16(_weight(f, N, K, rng), layouts=("frag",)).to(cp)
+              for f in (NVFP4(), RaZeRG128(special_values=(5.0, 7.5)))}
+    layer = NestedFPLinear(cp.asarray((rng.standard_normal((N, K)) * 0.05).astype(np.float16)))
+    runs = 0
+    for fmt in ("nvfp4", "razer-g128", "nestedfp16", "nestedfp8"):
+        for base in {e.config_for(fmt, M), e.config_for(fmt, M, nbytes=0)}:
+            if base.bn < e.CLUSTER_MIN_BN:
+                continue
+            tiles = -(-M // base.bn) * (-(-N // 64) // base.wgs)
+            for parts in range(2, min(e.CLUSTER_MAX_P, base.bn // 64) + 1):
+                cfg = e.EngineConfig(base.bn, base.stages, base.wgs, parts * tiles, base.sched)
+                assert e.cluster_parts(tiles, parts * tiles, 0, cfg.bn, sms=132) == parts
+
+                def run(dt, fmt=fmt, cfg=cfg, out=None):
+                    if fmt.startswith("nestedfp"):
+                        mode = "fp16" if fmt == "nestedfp16" else "fp8"
+                        return layer(x, mode=mode, config=cfg, y=out)
+                    return e.gemm_fp4(x, packed[fmt], cfg=cfg, out_dtype=dt, out=out)
+
+                dts = (np.float16,) if fmt.startswith("nestedfp") else (np.float16, np.float32)
+                ref16 = None
+                for dt in dts:
+                    got = {}
+                    for on in (False, True):
+                        monkeypatch.setattr(e, "CLUSTER_PARTS", on)
+                        got[on] = run(dt).get()
+                    assert np.isfinite(got[True]).all()
+                    np.testing.assert_array_equal(got[True], got[False], err_msg=f"{fmt} {cfg} {dt}")
+                    ref16 = got[True] if dt == np.float16 else ref16
+                    runs += 1
+                y = cp.empty((M, N), dtype=cp.float16)  # CLUSTER_PARTS on: captured and replayed
+                replay_in_graph(lambda run=run, y=y: run(np.float16, out=y), [y], times=3)
+                np.testing.assert_array_equal(y.get(), ref16, err_msg=f"{fmt} {cfg} graph replay")
+    assert runs >= (6 if M == 100 else 14)
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
 @pytest.mark.parametrize("M", [1, 40])
 def test_pdl_chain_reads_previous_layer(fmt, M, rng):

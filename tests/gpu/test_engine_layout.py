@@ -121,7 +121,8 @@ def test_default_instances_compile_without_spills():
     serialised-wgmma warning (C7512/C7513/C7515/C7517)."""
     from mactile.gpu.runtime import nvcc_check
     names = sorted({e.engine_name(f, e.config_for(f, bn, nb), h) for f in ENGINE_FORMATS for bn in (8, 16, 64, 128, 256)
-                    for nb in (None, 0) for h in (0, 1, 2) if h != 1 or bn >= e.HYB_MIN_BN
+                    for nb in (None, 0) for h in (0, 1, 2, 3) if h != 1 or bn >= e.HYB_MIN_BN
+                    if h != 3 or e.config_for(f, bn, nb).bn >= e.CLUSTER_MIN_BN
                     if not (bn > 128 and engine_traits(f)["PROMOTE"])})
     keep = ",\n".join(f"  (void*)&{n}" for n in names)
     rep = nvcc_check(e.engine_source() + "\nnamespace { void* keep_[] = {\n" + keep + "\n}; }\n",
@@ -298,3 +299,32 @@ def test_engine_ab_settings():
             ab._settings([spec], ["p4", "p2"], e)
     with pytest.raises(SystemExit, match="no --source named"):  # through main, before GPU work
         ab.main(["--source", "a=tree", "--source", "b=tree", "--set", "c:PARTS_MIN=2"])
+
+
+def test_cluster_parts_rule(monkeypatch):
+    """Which launches sum their parts in a cluster: 2..CLUSTER_MAX_P equal parts per tile,
+    one stripe per CTA, token tiles from CLUSTER_MIN_BN with a whole epilogue pass per CTA,
+    at most one CTA per SM."""
+    assert e.cluster_parts(64, 128, 0, 256, sms=132) == 2   # 8192 features, M = 256
+    assert e.cluster_parts(40, 120, 0, 256, sms=132) == 3   # 5120
+    assert e.cluster_parts(32, 128, 0, 256, sms=132) == 4   # 4096
+    assert e.cluster_parts(64, 128, 0, 128, sms=132) == 2
+    assert e.cluster_parts(32, 128, 0, 128, sms=132) == 0   # 4 parts of 128 tokens: half a pass each
+    assert e.cluster_parts(64, 128, 0, 64, sms=132) == 0    # below CLUSTER_MIN_BN
+    assert e.cluster_parts(64, 128, 1, 256, sms=132) == 0   # whole-tile rounds
+    assert e.cluster_parts(60, 130, 0, 256, sms=132) == 0   # unequal parts
+    assert e.cluster_parts(16, 128, 0, 256, sms=132) == 0   # 8 parts: beyond CLUSTER_MAX_P
+    assert e.cluster_parts(64, 128, 0, 256, sms=114) == 0   # more CTAs than SMs
+    assert e.cluster_parts(66, 66, 0, 256, sms=132) == 0    # one part
+    monkeypatch.setattr(e, "CLUSTER_PARTS", False)
+    assert e.cluster_parts(64, 128, 0, 256, sms=132) == 0
+
+
+def test_cluster_launch_checks_the_grid():
+    """launch(..., cluster=P): a grid that is not whole clusters is refused by name before
+    any driver call (no GPU needed)."""
+    from mactile.gpu.launch import launch
+    with pytest.raises(ValueError, match="not a multiple of the cluster size 2"):
+        launch(None, (3,), (128,), [], cluster=2)
+    with pytest.raises(ValueError, match="cluster size 0"):
+        launch(None, (4,), (128,), [], cluster=0)
