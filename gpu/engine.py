@@ -371,13 +371,12 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
         NF = whole_rounds(tiles, units // tiles, C, act, l2_bytes())
     trace = _TRACE.get("buf")
     PC = cluster_parts(tiles, C, NF, cfg.bn)
-    fn = _kernel(fmt, cfg, traced=trace is not None, part=PART_CLUSTER) if PC else None
-    if PC and not clusters_fit(fn, cfg, fmt, PC, tiles):
-        PC, fn = 0, None
+    if PC and not clusters_fit(_kernel(fmt, cfg, part=PART_CLUSTER), cfg, fmt, PC, tiles):
+        PC = 0
     P = PC or split_parts(tiles, C, NF)
     ws, cnt = _workspace(2 * C * cfg.wgs * 128 * (cfg.bn // 2), tiles)
     part = PART_CLUSTER if PC else PART_PARTS if P else PART_HYBRID if NF else PART_STRIPES
-    fn = fn or _kernel(fmt, cfg, traced=trace is not None, part=part)
+    fn = _kernel(fmt, cfg, traced=trace is not None, part=part)
     out_f32 = y.dtype == np.float32
     if trace is not None and trace.size < TRACE_SLOTS * C:
         raise ValueError(f"trace buffer holds {trace.size} stamps; this launch needs {TRACE_SLOTS * C}")
@@ -559,11 +558,14 @@ def cluster_parts(tiles: int, n_ctas: int, nf: int, bn: int, sms: int | None = N
 
 
 def clusters_fit(fn, cfg: EngineConfig, fmt: str, P: int, n_clusters: int) -> bool:
-    """Whether the GPU holds ``n_clusters`` clusters of ``P`` CTAs of kernel ``fn`` at once
-    (``cuOccupancyMaxActiveClusters``, cached per kernel and size): a second wave of
-    clusters would double the launch's time."""
+    """Whether the GPU holds ``n_clusters`` clusters of ``P`` CTAs of ``fmt``'s
+    ``PART_CLUSTER`` kernel ``fn`` (configuration ``cfg``) at once
+    (``cuOccupancyMaxActiveClusters``): a second wave of clusters would double the launch's
+    time. Cached per kernel name, cluster size and device (the kernel objects themselves
+    are not reused between launches, so not their identity)."""
     from .launch import max_active_clusters  # noqa: PLC0415
-    key = (id(fn), P)
+    cp = require_cupy()
+    key = (engine_name(fmt, cfg, PART_CLUSTER), P, cp.cuda.Device().id)
     if key not in _CLUSTERS_FIT:
         _CLUSTERS_FIT[key] = max_active_clusters(fn, (cfg.wgs + 1) * 128, smem_bytes(fmt, cfg), P)
     return _CLUSTERS_FIT[key] >= n_clusters

@@ -111,6 +111,18 @@ class TensorMap:
         return (ctypes.c_uint64 * 16).from_address(self._addr)
 
 
+def _set_attribute(attr: "_LaunchAttribute", attr_id: int, value) -> None:
+    """Fill one CUlaunchAttribute: its id and the bytes of its value (a ctypes object)."""
+    attr.id = attr_id
+    ctypes.memmove(ctypes.addressof(attr) + _LaunchAttribute.value.offset, ctypes.byref(value),
+                   ctypes.sizeof(value))
+
+
+def _cluster_dim(cluster: int):
+    """CUlaunchAttributeValue.clusterDim: {x, y, z} clusters along x."""
+    return (ctypes.c_uint * 3)(int(cluster), 1, 1)
+
+
 def max_active_clusters(fn, threads: int, shared_mem: int, cluster: int) -> int:
     """How many clusters of ``cluster`` CTAs (``threads`` threads, ``shared_mem`` bytes of
     dynamic shared memory each) of kernel ``fn`` the GPU holds at once
@@ -124,9 +136,7 @@ def max_active_clusters(fn, threads: int, shared_mem: int, cluster: int) -> int:
     lib = _libcuda()
     cfg = _LaunchConfig(cluster, 1, 1, int(threads), 1, 1, int(shared_mem), None, None, 0)
     attr = _LaunchAttribute()
-    attr.id = _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    ctypes.memmove(ctypes.addressof(attr) + _LaunchAttribute.value.offset,
-                   ctypes.byref((ctypes.c_uint * 3)(int(cluster), 1, 1)), 12)
+    _set_attribute(attr, _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, _cluster_dim(cluster))
     cfg.attrs = ctypes.addressof(attr)
     cfg.numAttrs = 1
     n = ctypes.c_int(0)
@@ -196,14 +206,10 @@ def launch(fn, grid, block, args, *, shared_mem: int = 0, stream=None, pdl: bool
     attrs = (_LaunchAttribute * 2)()
     n = 0
     if pdl:
-        attrs[n].id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        ctypes.memmove(ctypes.addressof(attrs[n]) + _LaunchAttribute.value.offset,
-                       ctypes.byref(ctypes.c_int(1)), 4)
+        _set_attribute(attrs[n], _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, ctypes.c_int(1))
         n += 1
-    if cluster > 1:  # value: CUlaunchAttributeValue.clusterDim {x, y, z}
-        attrs[n].id = _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        ctypes.memmove(ctypes.addressof(attrs[n]) + _LaunchAttribute.value.offset,
-                       ctypes.byref((ctypes.c_uint * 3)(int(cluster), 1, 1)), 12)
+    if cluster > 1:
+        _set_attribute(attrs[n], _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, _cluster_dim(cluster))
         n += 1
     if n:
         cfg.attrs = ctypes.addressof(attrs)
