@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                     cfgs = {}
                     for n in names:  # each source's configuration under its own settings
                         with _Constants(e, settings[n]):
-                            cfgs[n] = e.config_for(f, M, nbytes)
+                            cfgs[n] = e.config_for(f, M, nbytes, N=N)
                     cfg = cfgs[names[0]]
                     if f.startswith("nestedfp"):
                         def call(i, n, x=x):

@@ -31,8 +31,8 @@ from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
            "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
            "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "set_source", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
-           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
-           "SMALL_LAYER_BYTES_256", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
+           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "HYB_ONE_TOKEN_TILE", "rounds_any_activations", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
+           "SMALL_LAYER_BYTES_256", "CLUSTER_TILES", "CLUSTER_TILES_HEAVY_MAX_K", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
            "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS", "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts",
            "clusters_fit"]
 
@@ -78,6 +78,16 @@ HYB_MIN_BN = 128
 #: Whole-tile rounds only when the activations are at least this fraction of the L2
 #: (:func:`whole_rounds`; tests set 0 to exercise the rounds on small shapes).
 HYB_L2_FRACTION = 0.25
+
+#: Whole-tile rounds whatever the activations' size (:data:`HYB_L2_FRACTION` waived) when
+#: a launch has a single 256-token tile in M and the format's decode is light (nvfp4, mxfp4,
+#: razer-g128): its stream-K stripes would each cross one or two tiles, every crossing a
+#: 128 KB partial tile through the L2 (:func:`rounds_any_activations`). Measured on the H100
+#: (same process, M = 256, stream-K -> rounds, us): nvfp4 4096x28672 93.6 -> 89.9, 5120x25600
+#: 101.4 -> 96.8; razer-g128 97.0 -> 91.5 and 105.5 -> 106.5; NestedFP16 121.1 -> 122.9 and
+#: 132.1 -> 133.9 (hence not NestedFP16, nor razer, not measured); at M = 512 (two token
+#: tiles) the rounds lost 2-38%, as :func:`whole_rounds` says. A switch for A/B measurements.
+HYB_ONE_TOKEN_TILE = True
 
 #: Consumer schedules: 0 interleaved (decode the next k-step while one wgmma runs; few A
 #: registers, for wide token tiles), 1 batched (decode the whole next stage while the current
@@ -198,7 +208,36 @@ def _wgs4_max(fmt: str) -> int:
     return 16 if tr["A_SRC"] == "A_PLANES" else 32 if tr["PROMOTE"] else 64
 
 
-def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
+#: At 128 < M <= 256 tokens, whether a layer takes the token tile (128 or 256) whose tiles
+#: split in two parts summed in a cluster (:func:`cluster_parts`) when the other one's do
+#: not (:func:`config_for` with ``N``): the finish through distributed shared memory is the
+#: cheap one. Measured on the H100 (same process, M = 256 / 160, us): nvfp4 4096x6144 29.5 ->
+#: 27.2 / 45.9 -> 32.2 (128 -> 256 tokens), 14336x4096 50.2 -> 48.5 / 47.7 -> 46.6 (256 ->
+#: 128); mxfp4 alike, razer-g128 equal at M = 256 and 42.7 -> 33.4 at 160 (docs/gpu.md
+#: note 15). A switch for A/B measurements.
+CLUSTER_TILES = True
+#: Largest K at which the formats with a costly decode (razer's lookup, NestedFP16's planes)
+#: take 128-token tiles for the cluster rule (:data:`CLUSTER_TILES`): a second token tile
+#: decodes the weights again, which a long main loop does not repay. Measured (H100, M = 256):
+#: 4096x4096 razer 25.6 -> 20.8 us, NestedFP16 32.4 -> 24.2; 14336x4096 razer 52.8 -> 57.0,
+#: NestedFP16 68.8 -> 74.1.
+CLUSTER_TILES_HEAVY_MAX_K = 4096
+
+
+def _cluster_pairs(fmt: str, bn: int, M: int, N: int, K: int, sms: int) -> bool:
+    """Whether ``M`` tokens of a ``K x N`` layer in ``bn``-token tiles (two consumer
+    warpgroups: 128 features) split into exactly two parts per tile summed in a cluster:
+    :func:`default_ctas` then :func:`cluster_parts`, as :func:`_run` takes them (the grid's
+    fit in clusters is checked there on the device)."""
+    tiles = ceil_div(M, bn) * ceil_div(N, 128)
+    ku = max(1, K // engine_traits(fmt)["BK"])
+    tile_bytes = int(128 * K * weight_bytes_per_element(fmt))
+    C = min(default_ctas(tiles, tiles * ku, sms=sms, tile_bytes=tile_bytes), tiles * ku)
+    return cluster_parts(tiles, C, 0, bn, sms=sms) == 2
+
+
+def config_for(fmt: str, M: int, nbytes: int | None = None, N: int | None = None,
+               sms: int | None = None) -> EngineConfig:
     """Default configuration for ``M`` tokens: the smallest token tile that holds M (256 at
     most; NestedFP8 128 below the measured bounds :data:`PROMOTE_256_MIN_M` and
     :data:`PROMOTE_256_MIN_BYTES`, where its two promotion passes per stage did not pay),
@@ -211,7 +250,12 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     weight bytes), the bit-placement formats (nvfp4, mxfp4) take two warpgroups at 64 tokens up to
     :data:`SMALL_LAYER_BYTES_64`, and they and razer-g128 take 128-token tiles for
     128 < M <= 256 up to :data:`SMALL_LAYER_BYTES_256` (more tiles to spread a small layer
-    over the SMs; razer-g128 4096x4096 at M = 256, H100: 22.2 us against 26.2 us)."""
+    over the SMs; razer-g128 4096x4096 at M = 256, H100: 22.2 us against 26.2 us). With
+    ``N`` (the layer's features) and :data:`CLUSTER_TILES`, 128 < M <= 256 takes the token
+    tile of 128 or 256 whose tiles split in two parts summed in a cluster (on ``sms`` SMs,
+    default the device's) when the other one's do not (:func:`_cluster_pairs`; NestedFP8's
+    tile stays 128; razer and NestedFP16 take 128 only up to
+    :data:`CLUSTER_TILES_HEAVY_MAX_K`, K estimated from ``nbytes``)."""
     tr = engine_traits(fmt)
     bn = next((t for t in TOKEN_TILES if t >= M), TOKEN_TILES[-1])
     promote_256 = M >= PROMOTE_256_MIN_M or (M > 512 and (nbytes is None or nbytes >= PROMOTE_256_MIN_BYTES))
@@ -223,6 +267,13 @@ def config_for(fmt: str, M: int, nbytes: int | None = None) -> EngineConfig:
     small_256 = nbytes is not None and tr["A_SRC"] == "A_FRAG" and (tr["BP"] or tr["RESCALE"])
     if small_256 and bn == 256 and M <= 256 and nbytes <= SMALL_LAYER_BYTES_256:
         bn = 128
+    if CLUSTER_TILES and N is not None and 128 < M <= 256 and not tr["PROMOTE"]:
+        sms = sms or sm_count()
+        alt = 384 - bn  # 128 <-> 256
+        K = int((nbytes or 0) / (N * weight_bytes_per_element(fmt)))  # estimated from the bytes
+        heavy = not (tr["BP"] or tr["RESCALE"]) and alt == 128 and K > CLUSTER_TILES_HEAVY_MAX_K
+        if not heavy and not _cluster_pairs(fmt, bn, M, N, K, sms) and _cluster_pairs(fmt, alt, M, N, K, sms):
+            bn = alt
     wgs = 4 if bn <= wgs4_max else 2
     if tr["A_SRC"] != "A_FRAG" and bn == 8:
         # NestedFP at 8 tokens: two warpgroups, twice the stages (12 x 16 KB), were faster
@@ -320,6 +371,15 @@ def whole_rounds(tiles: int, ku: int, n_ctas: int, act_bytes: int = 0, l2_bytes:
     return tiles // n_ctas if rest and rest * ku >= n_ctas else 0
 
 
+def rounds_any_activations(fmt: str, bn: int, token_tiles: int) -> bool:
+    """Whether a launch of ``token_tiles`` tiles of ``bn`` tokens takes whole-tile rounds
+    whatever the activations' size (:data:`HYB_ONE_TOKEN_TILE`): one 256-token tile and a
+    light decode (the bit-placement formats and razer-g128's rescaled accumulators)."""
+    tr = engine_traits(fmt)
+    light = tr["A_SRC"] == "A_FRAG" and (tr["BP"] or tr["RESCALE"])
+    return HYB_ONE_TOKEN_TILE and light and bn == 256 and token_tiles == 1
+
+
 def weight_bytes_per_element(fmt: str) -> float:
     """Bytes of weight storage per matrix element the engine streams for ``fmt``."""
     tr = engine_traits(fmt)
@@ -368,7 +428,7 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     NF = 0
     if cfg.bn >= HYB_MIN_BN:
         act = M * K_pad * (1 if tr["FP8"] else 2)
-        NF = whole_rounds(tiles, units // tiles, C, act, l2_bytes())
+        NF = whole_rounds(tiles, units // tiles, C, act, 0 if rounds_any_activations(fmt, cfg.bn, TT) else l2_bytes())
     trace = _TRACE.get("buf")
     PC = cluster_parts(tiles, C, NF, cfg.bn)
     if PC and not clusters_fit(_kernel(fmt, cfg, part=PART_CLUSTER), cfg, fmt, PC, tiles):
@@ -448,7 +508,7 @@ def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.f
     if pw.K % 8:
         raise ValueError(f"K = {pw.K}: the activation tensor map needs rows of a multiple of 16 bytes")
     M = int(x.shape[0])
-    cfg = cfg or config_for(fmt, M, pw.nbytes("frag"))
+    cfg = cfg or config_for(fmt, M, pw.nbytes("frag"), N=pw.N)
     lay = pw.layout("frag")
     y = _out(M, pw.N, out, out_dtype)
     RT = int(lay["codes"].shape[0])
@@ -484,7 +544,7 @@ def gemm_planes(x, upper, lower, N: int, *, cfg: EngineConfig | None = None, out
     from .launch import TensorMap  # noqa: PLC0415
 
     M = int(x.shape[0])
-    cfg = cfg or config_for("nestedfp16", M, 2 * int(upper.nbytes))
+    cfg = cfg or config_for("nestedfp16", M, 2 * int(upper.nbytes), N=N)
     Np, Kp = (int(d) for d in upper.shape)
     y = _out(M, N, out, out_dtype)
     tm_b = x_map if x_map is not None else activation_map(x, cfg.bn)
@@ -502,7 +562,7 @@ def gemm_fp8(xq, xscale, upper, N: int, *, cfg: EngineConfig | None = None, out=
     from .launch import TensorMap  # noqa: PLC0415
 
     M = int(xq.shape[0])
-    cfg = cfg or config_for("nestedfp8", M, int(upper.nbytes))
+    cfg = cfg or config_for("nestedfp8", M, int(upper.nbytes), N=N)
     Np, Kp = (int(d) for d in upper.shape)
     y = _out(M, N, out, out_dtype)
     tm_b = x_map if x_map is not None else activation_map(xq, cfg.bn, fp8=True)
@@ -594,16 +654,20 @@ def _variants(fmt: str, bn: int) -> list[EngineConfig]:
     return out
 
 
-def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | None = None) -> list[EngineConfig]:
+def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | None = None,
+                      N: int | None = None) -> list[EngineConfig]:
     """The configurations a tuning sweep times for ``M`` tokens, the default
-    (:func:`config_for` with ``nbytes``) first: every variant of the default's token tile
+    (:func:`config_for` with ``nbytes`` and ``N``) first: every variant of the default's token tile
     (:func:`_variants`: two or four warpgroups, either schedule), the defaults of half that
     tile (more token tiles: more CTAs busy on small layers, a second decode of the weights)
-    for a large and a small layer, and the default with one CTA per SM (``sms``; stream-K
+    for a large and a small layer, with ``N`` the default without the cluster rule
+    (:data:`CLUSTER_TILES`), and the default with one CTA per SM (``sms``; stream-K
     over every SM where :func:`default_ctas` would give whole tiles). Without ``sms``, no
     CTA-count candidate (the kernels are the same: :func:`instances`)."""
-    d = config_for(fmt, M, nbytes)
+    d = config_for(fmt, M, nbytes, N=N, sms=sms if N is not None else None)
     out = [d] + _variants(fmt, d.bn)
+    if N is not None:  # the tile without the cluster rule (CLUSTER_TILES), where it differs
+        out.append(config_for(fmt, M, nbytes))
     if d.bn // 2 >= TOKEN_TILES[0]:
         out += [config_for(fmt, d.bn // 2), config_for(fmt, d.bn // 2, 0)]
     if sms:

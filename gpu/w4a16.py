@@ -143,7 +143,7 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
     _on_device(pw, "frag")
     M = check_activation(x, pw.K)
     y, _ = _out(out, M, pw.N, out_dtype)
-    c = cfg or config_for(pw.fmt.name, M, pw.nbytes("frag"))
+    c = cfg or config_for(pw.fmt.name, M, pw.nbytes("frag"), N=pw.N)
     if n_ctas is not None:
         c = EngineConfig(c.bn, c.stages, c.wgs, int(n_ctas), c.sched)
     gemm_fp4(x, pw, cfg=c, out=y, pdl=use_pdl(M) if pdl is None else pdl)

@@ -95,9 +95,9 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
                 n = len(sets)
                 xs = [cp.asarray(x_host) for _ in range(n)]
                 ys = [cp.empty((M, N), cp.float16) for _ in range(n)]
-                default = config_for(kind, M, wb)
+                default = config_for(kind, M, wb, N=N)
                 timed = []
-                for cfg in tuning_candidates(kind, M, wb, sms=sms):
+                for cfg in tuning_candidates(kind, M, wb, sms=sms, N=N):
                     fn = _launcher(kind, sets, xs, ys, cfg)
                     try:
                         ys[0].fill(np.nan)

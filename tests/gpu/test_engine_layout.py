@@ -320,6 +320,50 @@ def test_cluster_parts_rule(monkeypatch):
     assert e.cluster_parts(64, 128, 0, 256, sms=132) == 0
 
 
+def test_cluster_tiles_rule(monkeypatch):
+    """At 128 < M <= 256 with N given, the token tile whose tiles split in two parts summed in
+    a cluster wins over the other (the benchmark's 4096x6144 and 14336x4096 change, the
+    rest do not); without N, NestedFP8 and outside the range nothing changes."""
+    mb = 1 << 20
+    assert e.config_for("nvfp4", 256, 14 * mb, N=6144, sms=132).bn == 256    # 48 tiles x 2
+    assert e.config_for("nvfp4", 256, 14 * mb).bn == 128                     # the small-layer rule
+    assert e.config_for("nvfp4", 200, 33 * mb, N=4096, sms=132).bn == 128   # 64 tiles x 2
+    assert e.config_for("razer", 256, 9 * mb, N=4096, sms=132).bn == 128           # K = 4096
+    assert e.config_for("nestedfp16", 256, 32 * mb, N=4096, sms=132).bn == 128
+    assert e.config_for("razer", 256, 33 * mb, N=4096, sms=132).bn == 256          # K = 14336:
+    assert e.config_for("nestedfp16", 256, 117 * mb, N=4096, sms=132).bn == 256    # a second decode
+    assert e.config_for("razer-g128", 256, 31 * mb, N=4096, sms=132).bn == 128
+    for f, N in (("nvfp4", 8192), ("nvfp4", 5120), ("razer-g128", 10240), ("nestedfp16", 28672)):
+        assert e.config_for(f, 256, 40 * mb, N=N, sms=132) == e.config_for(f, 256, 40 * mb)
+    assert e.config_for("nestedfp8", 256, 58 * mb, N=4096, sms=132) == e.config_for("nestedfp8", 256, 58 * mb)
+    assert e.config_for("nvfp4", 512, 33 * mb, N=4096, sms=132) == e.config_for("nvfp4", 512, 33 * mb)
+    # K = 64 (one k-block: a tile cannot split) and no nbytes: no pairs, nothing changes
+    assert e.config_for("nvfp4", 256, 4096 * 36, N=4096, sms=132) == e.config_for("nvfp4", 256, 4096 * 36)
+    assert e.config_for("nvfp4", 256, None, N=4096, sms=132) == e.config_for("nvfp4", 256)
+    assert e.config_for("nvfp4", 128, 33 * mb, N=4096, sms=132) == e.config_for("nvfp4", 128, 33 * mb)
+    c = e.config_for("nvfp4", 256, 33 * mb, N=4096, sms=132)
+    assert c == e.config_for("nvfp4", 128)  # a prebuilt default (stages, schedule of its tile)
+    assert e.config_for("nvfp4", 256, 33 * mb) in e.tuning_candidates("nvfp4", 256, 33 * mb, sms=132, N=4096)
+    monkeypatch.setattr(e, "CLUSTER_TILES", False)
+    assert e.config_for("nvfp4", 256, 33 * mb, N=4096, sms=132).bn == 256
+
+
+def test_rounds_any_activations_rule(monkeypatch):
+    """Whole-tile rounds whatever the activations' size: one 256-token tile of a light-decode
+    format only (not NestedFP16 or razer, not two token tiles, not 128-token tiles); and
+    whole_rounds then takes them as soon as the tiles outnumber the CTAs unevenly."""
+    assert e.rounds_any_activations("nvfp4", 256, 1) and e.rounds_any_activations("razer-g128", 256, 1)
+    assert e.rounds_any_activations("mxfp4", 256, 1)
+    assert not e.rounds_any_activations("nestedfp16", 256, 1) and not e.rounds_any_activations("razer", 256, 1)
+    assert not e.rounds_any_activations("nvfp4", 256, 2) and not e.rounds_any_activations("nvfp4", 128, 1)
+    assert not e.rounds_any_activations("nestedfp8", 256, 1)
+    # 4096x28672 at M = 256: 224 tiles of 64 k-blocks on 132 CTAs, 2.6 MB of activations
+    assert e.whole_rounds(224, 64, 132, 2 << 20, 0) == 1
+    assert e.whole_rounds(224, 64, 132, 2 << 20, 50 << 20) == 0
+    monkeypatch.setattr(e, "HYB_ONE_TOKEN_TILE", False)
+    assert not e.rounds_any_activations("nvfp4", 256, 1)
+
+
 def test_cluster_launch_checks_the_grid():
     """launch(..., cluster=P): a grid that is not whole clusters is refused by name before
     any driver call (no GPU needed)."""
