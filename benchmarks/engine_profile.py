@@ -1,6 +1,8 @@
 """Launch chosen engine kernels once each (after a warm-up) so that Nsight Compute can
 profile them: ``ncu -k regex:engine_gemm python benchmarks/engine_profile.py CASE ...``
-with CASE = ``fmt:M:K:N[:bn:stages:wgs:n_ctas]`` (development aid)."""
+with CASE = ``fmt:M:K:N[:bn:stages:wgs:n_ctas]`` (development aid). ``flexq-w6a6:M:K:N``
+launches FlexQ's path as `linear` runs it (kernels ``flexq_*``) and ``w4a4:M:K:N`` ReSET's
+nvfp4 W4A4 GEMV on pre-quantized activations (kernel ``w4a4_gemv``)."""
 from __future__ import annotations
 
 import sys
@@ -20,9 +22,20 @@ def main(argv) -> int:
     for case in argv:
         p = case.split(":")
         f, M, K, N = p[0], int(p[1]), int(p[2]), int(p[3])
-        cfg = e.EngineConfig(*(int(v) for v in p[4:8])) if len(p) > 4 else e.config_for(f, M)
+        # without an explicit configuration: the one the launch takes (tuning table, default)
+        cfg = e.EngineConfig(*(int(v) for v in p[4:8])) if len(p) > 4 else None
         x = cp.asarray((rng.standard_normal((M, K)) * 0.5).astype(np.float16))
-        if f.startswith("nestedfp"):
+        if f == "flexq-w6a6":
+            from mactile.gpu.flexq.kernels import FlexQLinear
+            from mactile.gpu.linear import linear
+            layer = FlexQLinear(cp.asarray((rng.standard_normal((N, K)) * 0.05).astype(np.float16)))
+            run = lambda: linear(x, layer)  # noqa: E731
+        elif f == "w4a4":
+            from mactile.gpu.w4a4 import gemv_w4a4, quantize_activation
+            pw = pack_w4a16(random_quantized(FORMATS["nvfp4"], N, K, rng), layouts=("rowmajor",), xp=cp)
+            act = quantize_activation(x, sync=True)
+            run = lambda: gemv_w4a4(act, pw)  # noqa: E731
+        elif f.startswith("nestedfp"):
             w = (rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
             layer = NestedFPLinear(cp.asarray(w))
             mode = "fp16" if f == "nestedfp16" else "fp8"
@@ -32,7 +45,7 @@ def main(argv) -> int:
             run = lambda: e.gemm_fp4(x, pw, cfg=cfg)  # noqa: E731
         run()
         cp.cuda.Device().synchronize()
-        print(f"profiled {case} {cfg}", flush=True)
+        print(f"profiled {case} {cfg or '(the launch default)'}", flush=True)
         run()
         cp.cuda.Device().synchronize()
     return 0
