@@ -28,13 +28,15 @@ from .codegen import TOKEN_TILES, wgmma_source
 from .formats import ENGINE_FORMATS, engine_format_id, engine_traits, engine_traits_header, prelude
 from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 
-__all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4", "gemm_planes",
-           "gemm_fp8", "smem_bytes", "max_stages", "default_ctas", "weight_bytes_per_element", "prebuilt_jobs",
-           "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace", "set_source", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds",
-           "HYBRID", "HYB_MIN_BN", "HYB_L2_FRACTION", "HYB_ONE_TOKEN_TILE", "rounds_any_activations", "PARTS_REDUCE", "PARTS_MIN", "prebuilt_names", "SMALL_LAYER_BYTES_64",
-           "SMALL_LAYER_BYTES_256", "CLUSTER_TILES", "CLUSTER_TILES_HEAVY_MAX_K", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE", "split_parts", "PART_STRIPES", "PART_HYBRID",
-           "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS", "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts",
-           "clusters_fit"]
+__all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4",
+           "gemm_planes", "gemm_fp8", "smem_bytes", "max_stages", "default_ctas",
+           "weight_bytes_per_element", "prebuilt_jobs", "SMEM_LIMIT", "PDL_MAX_M", "use_pdl", "set_trace",
+           "set_source", "TRACE_FIELDS", "TRACE_SLOTS", "whole_rounds", "HYBRID", "HYB_MIN_BN",
+           "HYB_L2_FRACTION", "HYB_ONE_TOKEN_TILE", "rounds_any_activations", "PARTS_REDUCE", "PARTS_MIN",
+           "prebuilt_names", "SMALL_LAYER_BYTES_64", "SMALL_LAYER_BYTES_256", "CLUSTER_TILES",
+           "CLUSTER_TILES_HEAVY_MAX_K", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE",
+           "split_parts", "PART_STRIPES", "PART_HYBRID", "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS",
+           "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts", "clusters_fit"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
 SMEM_LIMIT = 232448
@@ -428,7 +430,8 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     NF = 0
     if cfg.bn >= HYB_MIN_BN:
         act = M * K_pad * (1 if tr["FP8"] else 2)
-        NF = whole_rounds(tiles, units // tiles, C, act, 0 if rounds_any_activations(fmt, cfg.bn, TT) else l2_bytes())
+        l2 = 0 if rounds_any_activations(fmt, cfg.bn, TT) else l2_bytes()  # 0: rounds whatever the activations
+        NF = whole_rounds(tiles, units // tiles, C, act, l2)
     trace = _TRACE.get("buf")
     PC = cluster_parts(tiles, C, NF, cfg.bn)
     if PC and not clusters_fit(_kernel(fmt, cfg, part=PART_CLUSTER), cfg, fmt, PC, tiles):
