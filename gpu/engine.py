@@ -88,7 +88,8 @@ HYB_L2_FRACTION = 0.25
 #: (same process, M = 256, stream-K -> rounds, us): nvfp4 4096x28672 93.6 -> 89.9, 5120x25600
 #: 101.4 -> 96.8; razer-g128 97.0 -> 91.5 and 105.5 -> 106.5; NestedFP16 121.1 -> 122.9 and
 #: 132.1 -> 133.9 (hence not NestedFP16, nor razer, not measured); at M = 512 (two token
-#: tiles) the rounds lost 2-38%, as :func:`whole_rounds` says. A switch for A/B measurements.
+#: tiles) they gained at most 3.5% and lost up to 38% (5120x25600, nvfp4 186.1 -> 230.8 us),
+#: as :func:`whole_rounds` says. A switch for A/B measurements.
 HYB_ONE_TOKEN_TILE = True
 
 #: Consumer schedules: 0 interleaved (decode the next k-step while one wgmma runs; few A
