@@ -65,14 +65,10 @@ def main(argv=None) -> int:
     from mactile.gpu.bench.harness import read_json, write_json
 
     meta, records = merge([read_json(p) for p in args.runs])
-    Ms = meta["M"]
-    table = gb.summary_table(records, Ms=[m for m in (1, 8, 16, 64, 256, 1024, 4096) if m in Ms])
-    geo = gb.geomean_table(records)
     stem = args.out
     with atomic_outputs(Path(f"{stem}.json"), Path(f"{stem}.md"), make_parents=True) as (tj, tm):
         write_json(records, str(tj), meta=meta)
-        tm.write_text("## Speedup over cuBLAS FP16\n\n" + table + "\n\n## Geometric mean over "
-                      "shapes (and the smallest shape's ratio to it)\n\n" + geo + "\n")
+        tm.write_text(gb.report_markdown(records, meta["M"]))
     with atomic_outputs(Path(f"{stem}.png")) as (tp,):
         gb.plot(records, str(tp))
     if args.tuning_out is not None:
@@ -81,7 +77,7 @@ def main(argv=None) -> int:
         cx["date"] = meta["device"]["date"]
         old = json.loads(args.tuning_out.read_text()) if args.tuning_out.exists() else {}
         atomic_write(args.tuning_out, json.dumps({**old, **cx}, indent=1))
-    print(geo)
+    print(gb.geomean_table(records))
     print(f"wrote {stem}.json, {stem}.md, {stem}.png" + (f", {args.tuning_out}" if args.tuning_out else ""))
     return 0
 

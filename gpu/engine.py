@@ -233,9 +233,7 @@ def _cluster_pairs(fmt: str, bn: int, M: int, N: int, K: int, sms: int) -> bool:
     :func:`default_ctas` then :func:`cluster_parts`, as :func:`_run` takes them (the grid's
     fit in clusters is checked there on the device)."""
     tiles = ceil_div(M, bn) * ceil_div(N, 128)
-    ku = max(1, K // engine_traits(fmt)["BK"])
-    tile_bytes = int(128 * K * weight_bytes_per_element(fmt))
-    C = min(default_ctas(tiles, tiles * ku, sms=sms, tile_bytes=tile_bytes), tiles * ku)
+    C = _default_grid(fmt, 2, tiles, max(1, K // engine_traits(fmt)["BK"]), K, sms=sms)
     return cluster_parts(tiles, C, 0, bn, sms=sms) == 2
 
 
@@ -321,6 +319,13 @@ def _active_source(traced: bool = False) -> str:
 def _kernel(fmt: str, cfg: EngineConfig, traced: bool = False, part: int = PART_STRIPES):
     src = _active_source(traced)
     return prebuilt.get_kernel(src, engine_name(fmt, cfg, part), max_dynamic_smem=smem_bytes(fmt, cfg))
+
+
+def _default_grid(fmt: str, wgs: int, tiles: int, ku: int, K: int, sms: int | None = None) -> int:
+    """:func:`default_ctas` for ``tiles`` tiles of ``wgs`` x 64 features and ``ku`` k-blocks
+    of a ``K``-deep layer (its weight bytes per tile), at most one CTA per k-block."""
+    tile_bytes = int(wgs * 64 * K * weight_bytes_per_element(fmt))
+    return min(default_ctas(tiles, tiles * ku, sms=sms, tile_bytes=tile_bytes), tiles * ku)
 
 
 def default_ctas(tiles: int, units: int, sms: int | None = None, tile_bytes: int | None = None) -> int:
@@ -425,9 +430,7 @@ def _run(fmt: str, cfg: EngineConfig, *, tm_b, tm_a0, tm_a1, wcodes, wscales, co
     units = tiles * (K_pad // tr["BK"])
     if units >= 2 ** 31:
         raise ValueError(f"{units} work units exceed the kernel's 32-bit stripe arithmetic")
-    tile_bytes = int(cfg.wgs * 64 * K_pad * weight_bytes_per_element(fmt))
-    C = cfg.n_ctas or default_ctas(tiles, units, tile_bytes=tile_bytes)
-    C = min(C, units)
+    C = min(cfg.n_ctas, units) if cfg.n_ctas else _default_grid(fmt, cfg.wgs, tiles, units // tiles, K_pad)
     NF = 0
     if cfg.bn >= HYB_MIN_BN:
         act = M * K_pad * (1 if tr["FP8"] else 2)

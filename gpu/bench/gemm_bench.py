@@ -42,7 +42,7 @@ from .harness import (make_record, plot_records, rotation_count, streaming_read_
 
 __all__ = ["SHAPES", "M_VALUES", "FORMATS", "KINDS", "run_benchmark", "summary_table", "crossover_table",
            "bench_temperature", "temperature_table",
-           "QUICK_SHAPES", "random_quantized", "plot", "geomean_table"]
+           "QUICK_SHAPES", "random_quantized", "plot", "geomean_table", "report_markdown"]
 
 #: (model, layer, K, N)
 SHAPES = [
@@ -393,6 +393,15 @@ def crossover_table(records) -> dict:
     return {"crossover": entries}
 
 
+def report_markdown(records, Ms, temperature: str = "") -> str:
+    """The benchmark's markdown file: speedups per shape at the table's M values among
+    ``Ms``, the geometric means, and ``temperature`` (:func:`temperature_table`) if given."""
+    table = summary_table(records, Ms=[m for m in (1, 8, 16, 64, 256, 1024, 4096) if m in Ms])
+    return ("## Speedup over cuBLAS FP16\n\n" + table + "\n\n## Geometric mean over shapes (and the "
+            "smallest shape's ratio to it)\n\n" + geomean_table(records) + "\n"
+            + (f"\n## ReSET temperature step\n\n{temperature}\n" if temperature else ""))
+
+
 def _index(records):
     return {(r["kernel"], r["format"], r["K"], r["N"], r["M"]): r for r in records if r["time_us"] is not None}
 
@@ -402,7 +411,7 @@ def summary_table(records, *, Ms=(1, 8, 16, 64, 256, 1024, 4096)) -> str:
     of the same-size streaming-read peak), and cuBLAS FP8's."""
     idx = _index(records)
     shapes = sorted({(r["K"], r["N"], r.get("model", ""), r.get("layer", "")) for r in records},
-                    key=lambda s: (s[2], s[0] * s[1]))
+                    key=lambda s: (s[2], s[0] * s[1], s[0], s[1]))  # (K, N) breaks ties: same order every run
     cols = [("linear", k) for k in KINDS] + [("torch_fp8", "fp8")]
     head = "| shape (K x N) | M | cuBLAS FP16 us | " + " | ".join(f for _, f in cols) + " |"
     lines = [head, "|" + "---|" * (3 + len(cols))]

@@ -164,9 +164,7 @@ def run_gpu(args) -> int:
     files = [Path(f"{stem}{ext}") for ext in (".json", ".md", "_tuning.json")]
     with atomic_outputs(*files, make_parents=True) as (tj, tm, tc):  # all three or none
         write_json(res["records"], str(tj), meta=res["meta"])
-        tm.write_text("## Speedup over cuBLAS FP16\n\n" + table + "\n\n## Geometric mean over "
-                      "shapes (and the smallest shape's ratio to it)\n\n" + geo + "\n"
-                      + (f"\n## ReSET temperature step\n\n{ttable}\n" if ttable else ""))
+        tm.write_text(gb.report_markdown(res["records"], Ms, ttable))
         tc.write_text(json.dumps(cx, indent=1))
     if args.tuning_out:
         merged = {**(old_table or {}), **cx}  # the crossover replaced, the engine entries kept
