@@ -10,7 +10,7 @@ Layers:
 * :mod:`.engine` -- the GEMM engine (TMA + mbarrier pipeline, warp-specialized wgmma) for
   every weight format (nvfp4, mxfp4, razer, razer-g128, NestedFP FP16/FP8);
 * :mod:`.w4a16` -- tensor-core GEMM (the engine) and CUDA-core GEMV (nvfp4, razer, razer-g128);
-* :mod:`.w4a4` -- ReSET's W4A4 NVFP4 GEMV with on-the-fly activation quantization;
+* :mod:`.w4a4` -- ReSET's W4A4 NVFP4 path: on-the-fly activation quantization, the GEMV or the engine;
 * :mod:`.linear` -- ``linear(x, packed)``: one call for every packed weight (tuning table);
 * :mod:`.temperature` -- ReSET's step-aware temperature sampler;
 * :mod:`.flexq` -- FlexQ W6A6/W6A8 bit-plane GEMM on binary tensor cores;

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 
-from .formats import prelude, reset_header
+from .formats import fp4_decode_header, prelude, reset_header
 from .prebuilt import get_kernel
 from .runtime import load_source
 
@@ -28,7 +28,7 @@ _FILES = ("w4a16_cc.cu", "w4a4.cu", "reset_temperature.cu")
 
 @functools.lru_cache(maxsize=1)
 def full_source() -> str:
-    return load_source(*_FILES, prelude=prelude() + reset_header())
+    return load_source(*_FILES, prelude=prelude() + reset_header() + fp4_decode_header())
 
 
 def source_key() -> str:

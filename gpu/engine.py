@@ -502,11 +502,14 @@ def activation_map(x, bn: int, fp8: bool = False):
 
 
 def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.float16, pdl=False,
-             x_map=None):
+             x_map=None, col_scale=None):
     """``x[M, K]`` (FP16, CuPy) times an FP4 :class:`~mactile.gpu.packing.PackedW4A16`
     (``frag`` layout): ``y[M, N]`` FP16 (or FP32), FP32 accumulation, exact products.
 
     ``x_map`` may pass a prebuilt :func:`activation_map` of ``x`` (benchmarks reuse it).
+    ``col_scale``: an FP32 ``[M]`` factor per token applied in the epilogue, read after
+    ``griddepcontrol.wait`` (W4A4: the activations' tensor scale, written on the GPU by
+    the quantizer just before).
     """
     require_cupy()
     fmt = pw.fmt.name
@@ -515,6 +518,8 @@ def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.f
     if pw.K % 8:
         raise ValueError(f"K = {pw.K}: the activation tensor map needs rows of a multiple of 16 bytes")
     M = int(x.shape[0])
+    if col_scale is not None and (col_scale.dtype != np.float32 or col_scale.shape != (M,)):
+        raise ValueError(f"col_scale must be a float32 array of shape ({M},), got {col_scale.dtype} {col_scale.shape}")
     cfg = cfg or config_for(fmt, M, pw.nbytes("frag"), N=pw.N)
     lay = pw.layout("frag")
     y = _out(M, pw.N, out, out_dtype)
@@ -523,7 +528,7 @@ def gemm_fp4(x, pw, *, cfg: EngineConfig | None = None, out=None, out_dtype=np.f
     tm_b = x_map if x_map is not None else activation_map(x, cfg.bn)
     lut = pw.fmt.lut_args
     return _run(fmt, cfg, tm_b=tm_b, tm_a0=tm_b, tm_a1=tm_b, wcodes=lay["codes"], wscales=lay["scales"],
-                col_scale=None, y=y, M=M, N=pw.N, K_pad=int(lay["K_pad"]), RT=RT, out_scale=out_scale,
+                col_scale=col_scale, y=y, M=M, N=pw.N, K_pad=int(lay["K_pad"]), RT=RT, out_scale=out_scale,
                 lut=lut, pdl=pdl)
 
 

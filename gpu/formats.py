@@ -58,7 +58,7 @@ from mactile.golden import (BLOCK_FORMATS, FP4_E2M1, FP8_E4M3, NVFP4, FP16, FP32
 from mactile.golden.block import BlockFormat
 
 __all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS", "bp_masks",
-           "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "kernel_scale_words", "lut_byte", "traits_header", "fp4_encode_header",
+           "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "kernel_scale_words", "lut_byte", "traits_header", "fp4_encode_header", "fp4_decode_header",
            "prelude", "reset_header", "FORMAT_IDS", "FP4_ENGINE_FORMATS", "ENGINE_FORMATS",
            "engine_traits_header", "engine_format_id", "golden_proto", "POW2_WINDOW",
            "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]
@@ -371,6 +371,19 @@ def fp4_encode_header() -> str:
             "__device__ __forceinline__ unsigned fp4_mag_code(float a) {\n"
             f"    return (unsigned)" + " + (unsigned)".join(terms) + ";\n}\n"
             f"constexpr float NVFP4_TS_DENOM = {denom.hex()}f;  // {denom}\n"
+            "}  // namespace mt\n")
+
+
+def fp4_decode_header() -> str:
+    """``FP4_TWICE_LO/HI``: twice each FP4 E2M1 magnitude (codes 0..7) as a ``prmt`` byte
+    table, for kernels that write dequantized NVFP4 values (ReSET's activation quantizer)."""
+    twice = 2.0 * FP4_E2M1.decode(np.arange(8, dtype=np.uint8))
+    if not np.array_equal(twice, np.round(twice)) or twice.max() > 255:
+        raise AssertionError("FP4 magnitudes x 2 are expected to be bytes")
+    lo, hi = (sum(int(twice[4 * w + i]) << (8 * i) for i in range(4)) for w in (0, 1))
+    return ("namespace mt {\n"
+            "// Generated from FP4_E2M1: twice the magnitude of code c (0..7) = __byte_perm(LO, HI, c) & 0xFF.\n"
+            f"constexpr unsigned FP4_TWICE_LO = {lo:#010x}u, FP4_TWICE_HI = {hi:#010x}u;\n"
             "}  // namespace mt\n")
 
 

@@ -319,13 +319,20 @@ class PackedActivation:
     """NVFP4 activations ``[M, K]`` as ReSET's GEMV reads them: codes ``[M, KA/2]`` (low
     nibble = element 2i), linear E4M3 scales ``[M, KA/16]``, zero padded to
     ``KA = ceil(K / 512) * 512`` columns, and the FP32 tensor scale as a 1-element array
-    (it stays on the GPU when the GPU computed it)."""
+    (it stays on the GPU when the GPU computed it).
+
+    For the tensor-core path (:func:`mactile.gpu.w4a4.linear_w4a4`, ``kernel="engine"``) the
+    GPU quantizer also fills ``dequant``, FP16 ``[M, K]``: each element's FP4 value times its
+    block scale, without the tensor scale (exact in FP16), and ``col_scale``, FP32 ``[M]``:
+    the tensor scale once per token (the engine's per-token output factor)."""
 
     M: int
     K: int
     codes: object
     scales: object
     tensor_scale: object
+    dequant: object = None
+    col_scale: object = None
 
     @property
     def KA(self) -> int:

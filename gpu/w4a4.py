@@ -1,11 +1,18 @@
-"""ReSET's W4A4 NVFP4 small-M path: on-the-fly activation quantization and the CUDA-core GEMV.
+"""ReSET's W4A4 NVFP4 small-M path: on-the-fly activation quantization and the GEMM.
 
 :func:`quantize_activation` turns FP16 ``x[M, K]`` into NVFP4 bit for bit as
 ``mactile.golden.NVFP4().quantize(x)`` does (same FP32 op order; tensor scale over the
 whole ``x``) in one launch of one 8-CTA cluster; :func:`gemv_w4a4` multiplies NVFP4
-activations with NVFP4 weights (rowmajor layout) for M = 1..8; :func:`linear_w4a4` does both,
-with programmatic dependent launch where the driver allows it: the GEMV starts while the
-quantizer runs and streams its first weight stages before it waits for the activations.
+activations with NVFP4 weights (rowmajor layout) for M = 1..8 on the CUDA cores (ReSET's
+GEMV); :func:`linear_w4a4` does both, with programmatic dependent launch where the driver
+allows it: the GEMV starts while the quantizer runs and streams its first weight stages
+before it waits for the activations. ``linear_w4a4`` can instead run the product on the
+tensor-core GEMM engine (``kernel="engine"``, the default where :func:`w4a4_kernel` says
+it measured faster): the quantizer then also writes the activations' exact FP16 values
+(FP4 value times block scale) and the engine multiplies them with the frag-packed weights,
+the activations' tensor scale applied per token in its epilogue. Both kernels form the
+same exact block products and accumulate in FP32; they differ in the order of the FP32
+additions only.
 """
 from __future__ import annotations
 
@@ -18,8 +25,9 @@ from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
 from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
 
-__all__ = ["quantize_activation", "gemv_w4a4", "linear_w4a4", "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M",
-           "w4a4_smem", "tile_aligned_ctas", "w4a4_m1_launch", "W4A4_M1_STAGES"]
+__all__ = ["quantize_activation", "gemv_w4a4", "gemm_w4a4_engine", "linear_w4a4", "w4a4_kernel", "W4A4_KERNELS",
+           "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M", "w4a4_smem", "tile_aligned_ctas", "w4a4_m1_launch",
+           "W4A4_M1_STAGES"]
 
 W4A4_MAX_M = 8
 
@@ -58,13 +66,15 @@ def w4a4_smem(MT: int, S: int | None = None) -> int:
 
 
 def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = False,
-                        pdl: bool = False) -> PackedActivation:
+                        pdl: bool = False, dequant: bool = False) -> PackedActivation:
     """NVFP4-quantize FP16 activations ``x[M, K]`` on the GPU (bit-exact with the golden model).
 
     ``K`` must be a multiple of 16 (the NVFP4 block). ``out`` reuses buffers of a previous
     call with the same shape (required inside CUDA graphs). ``pdl``: launch with
     programmatic dependent launch (the kernel reads ``x`` only after the previous kernel on
-    the stream has completed, and lets the next one start at once).
+    the stream has completed, and lets the next one start at once). ``dequant``: also write
+    ``out.dequant`` (the exact FP16 values without the tensor scale) and ``out.col_scale``
+    (the tensor scale per token), the tensor-core path's operands.
     """
     cp = require_cupy()
     if not isinstance(x, cp.ndarray) or x.ndim != 2:
@@ -77,14 +87,17 @@ def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = 
     if out is None:
         out = PackedActivation(M, K, cp.empty((M, KA // 2), dtype=cp.uint8),
                                cp.empty((M, KA // 16), dtype=cp.uint8), cp.empty(1, dtype=cp.float32))
+        if dequant:
+            out.dequant, out.col_scale = cp.empty((M, K), dtype=cp.float16), cp.empty(M, dtype=cp.float32)
     elif (out.M, out.K) != (M, K):
         raise ValueError(f"out was made for [{out.M}, {out.K}], x is [{M}, {K}]")
+    elif dequant and (out.dequant is None or out.col_scale is None):
+        raise ValueError("out has no dequant/col_scale buffers: make it with quantize_activation(..., "
+                         "dequant=True) first")
     k = kernel("nvfp4_quantize_act")
-    args = (x, np.int32(M), np.int32(K), np.int32(KA), out.codes, out.scales, out.tensor_scale)
-    if pdl:
-        _launch.launch(k, (8,), (512,), args, pdl=True)
-    else:
-        k((8,), (512,), args)
+    args = (x, np.int32(M), np.int32(K), np.int32(KA), out.codes, out.scales, out.tensor_scale,
+            out.dequant if dequant else None, out.col_scale if dequant else None)
+    _launch.launch(k, (8,), (512,), args, pdl=pdl)  # the null pointers need the driver's launch
     check_launch("nvfp4_quantize_act", sync=sync)
     return out
 
@@ -148,12 +161,67 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     return y
 
 
-def linear_w4a4(x, pw: PackedW4A16, *, act: PackedActivation | None = None, pdl: bool | None = None,
-                **kw):
-    """Quantize ``x`` to NVFP4 and run the W4A4 GEMV (two launches).
+#: The kernels :func:`linear_w4a4` can run the product on.
+W4A4_KERNELS = ("gemv", "engine")
 
-    ``pdl``: both launches with programmatic dependent launch, so that the GEMV's weight
-    stream overlaps the quantizer (None: wherever the driver library loads)."""
+
+def w4a4_kernel(M: int, pw: PackedW4A16, sms: int | None = None) -> str:
+    """The kernel :func:`linear_w4a4` takes by default: the one of the packed layouts
+    present, else measured (H100 benchmark, 2026-11-27, quantizer included, PDL;
+    docs/gpu.md "ReSET W4A4"): the engine at M = 2..8 (8192x8192 M = 8: 24.1 against
+    41.3 us; the GEMV's FP32 work grows with M) and above; at M = 1 ReSET's GEMV where every
+    SM gets whole row tiles (N >= 64 x SMs: 4096x28672 29.5 against 30.9 us, 5120x25600 35.5
+    against 36.9), else the engine (8192x5120 17.6 against 19.6 us, 14336x4096 21.3 against
+    23.5)."""
+    has_gemv, has_tc = "rowmajor" in pw.layouts, "frag" in pw.layouts
+    if not (has_gemv or has_tc):
+        raise ValueError("the packed weight has neither the rowmajor nor the frag layout")
+    if not has_tc:
+        return "gemv"
+    if not has_gemv or M > W4A4_MAX_M:
+        return "engine"
+    RT = cc_units(pw)[0]
+    return "gemv" if M == 1 and RT >= (sm_count() if sms is None else sms) else "engine"
+
+
+def gemm_w4a4_engine(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16, cfg=None,
+                     pdl: bool = False, sync: bool = False):
+    """NVFP4 x NVFP4 on the tensor-core GEMM engine: ``a.dequant`` (the exact FP16 values
+    of the quantized activations) times the frag-packed weights, FP32 accumulation, times
+    the weight's tensor scale and, per token, ``a.col_scale`` (the activations' tensor
+    scale). ``a`` comes from :func:`quantize_activation` with ``dequant=True``."""
+    from .engine import gemm_fp4  # noqa: PLC0415
+
+    if pw.fmt.name != "nvfp4":
+        raise ValueError(f"the W4A4 path takes nvfp4 weights, got {pw.fmt.name}")
+    if a.K != pw.K:
+        raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
+    if a.dequant is None or a.col_scale is None:
+        raise ValueError("the engine path needs the dequantized activations: quantize_activation(..., dequant=True)")
+    y = gemm_fp4(a.dequant, pw, cfg=cfg, out=out, out_dtype=out_dtype, pdl=pdl, col_scale=a.col_scale)
+    check_launch("engine (w4a4)", sync=sync)
+    return y
+
+
+def linear_w4a4(x, pw: PackedW4A16, *, act: PackedActivation | None = None, pdl: bool | None = None,
+                kernel: str | None = None, **kw):
+    """Quantize ``x`` to NVFP4 and multiply with the NVFP4 weight ``pw`` (two launches).
+
+    ``kernel``: ``"gemv"`` (ReSET's CUDA-core GEMV, M <= 8, rowmajor layout) or
+    ``"engine"`` (the tensor-core GEMM engine, frag layout); default :func:`w4a4_kernel`.
+    ``pdl``: both launches with programmatic dependent launch, so that the second overlaps
+    the quantizer (None: wherever the driver library loads). ``act`` reuses the activation
+    buffers (made with ``dequant=True`` for the engine). The other keywords go to
+    :func:`gemv_w4a4` or :func:`gemm_w4a4_engine`."""
+    if pw.fmt.name != "nvfp4":  # before any launch: nothing written for a wrong weight
+        raise ValueError(f"the W4A4 path takes nvfp4 weights, got {pw.fmt.name}")
     use = _pdl.available() if pdl is None else bool(pdl)
+    M = int(x.shape[0]) if getattr(x, "ndim", 0) == 2 else 0
+    kern = w4a4_kernel(M, pw) if kernel is None else kernel
+    if kern not in W4A4_KERNELS:
+        raise ValueError(f"unknown W4A4 kernel {kern!r}; choose from {W4A4_KERNELS}")
+    if kern == "engine":
+        a = quantize_activation(x, out=act, pdl=use, dequant=True)
+        return gemm_w4a4_engine(a, pw, pdl=use, **kw)
     a = quantize_activation(x, out=act, pdl=use)
     return gemv_w4a4(a, pw, pdl=use, **kw)

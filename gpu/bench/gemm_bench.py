@@ -11,8 +11,9 @@ times, with :mod:`.harness` (CUDA-graph replay, weights rotated over >= 4x L2, r
   W6A6 (``flexq-w6a6``, M <= 64: its binary tensor-core GEMM with the activation packing);
 * for M <= 8 the alternatives ``w4a16_cc`` (CUDA-core GEMV), ``w4a4_gemv``,
   ``w4a4_quant+gemv`` (ReSET, nvfp4: :func:`~mactile.gpu.w4a4.linear_w4a4`, quantizer and GEMV
-  overlapped by programmatic dependent launch) and ``w4a4_quant+gemv_serial`` (the same two
-  launches without PDL), so the crossover table can be written;
+  overlapped by programmatic dependent launch), ``w4a4_quant+gemv_serial`` (the same two
+  launches without PDL) and ``w4a4_quant+engine`` (the quantizer and the tensor-core engine
+  on its exact FP16 values, PDL), so the crossover table can be written;
 * baselines ``cublas_fp16`` (``torch.matmul``) and ``torch_fp8`` (``torch._scaled_mm``);
 * optionally ReSET's step-aware temperature sampler (``temperature=True``);
 
@@ -196,6 +197,7 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
                         jobs.append(("w4a4_gemv", kind, q, sets, sets[0].nbytes("rowmajor")))
                         jobs.append(("w4a4_quant+gemv", kind, q, sets, sets[0].nbytes("rowmajor")))
                         jobs.append(("w4a4_quant+gemv_serial", kind, q, sets, sets[0].nbytes("rowmajor")))
+                        jobs.append(("w4a4_quant+engine", kind, q, sets, sets[0].nbytes("frag")))
             elif kind.startswith("nestedfp"):
                 w, layers = weights["nestedfp"]
                 jobs.append(("linear", kind, w, layers, layers[0].upper.nbytes * (2 if kind == "nestedfp16" else 1)))
@@ -217,12 +219,14 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
             elif kern == "w4a16_cc":
                 fn = lambda i: gemv_cc(xs[i], sets[i], out=ys[i])  # noqa: E731
             else:
-                acts = [quantize_activation(xs[i], sync=True) for i in range(n)]
+                acts = [quantize_activation(xs[i], sync=True, dequant=True) for i in range(n)]
                 if kern == "w4a4_gemv":
                     fn = lambda i: gemv_w4a4(acts[i], sets[i], out=ys[i])  # noqa: E731
                 else:
-                    use_pdl = kern == "w4a4_quant+gemv"
-                    fn = lambda i, p=use_pdl: linear_w4a4(xs[i], sets[i], act=acts[i], out=ys[i], pdl=p)  # noqa: E731
+                    use_pdl = kern != "w4a4_quant+gemv_serial"
+                    wk = "engine" if kern == "w4a4_quant+engine" else "gemv"
+                    fn = lambda i, p=use_pdl, wk=wk: linear_w4a4(xs[i], sets[i], act=acts[i], out=ys[i], pdl=p,  # noqa: E731
+                                                                 kernel=wk)
             try:
                 ys[0].fill(np.nan)
                 fn(0)

@@ -5,7 +5,9 @@
 //    (cluster-wide through distributed shared memory), D32 = amax / 2688, per block
 //    E4M3(amax_b / (D32 * 6)) (RNE, saturating), q = FP4(x / (D32 * s)) (RNE).
 //    Output: codes [M][KA/2] (low nibble = element 2i), linear E4M3 scales [M][KA/16]
-//    (KA = K rounded up to 512, zero padded), the FP32 tensor scale in ts_out[0].
+//    (KA = K rounded up to 512, zero padded), the FP32 tensor scale in ts_out[0]; for the
+//    tensor-core path also the dequantized values without the tensor scale (FP16, exact)
+//    and the tensor scale once per token.
 // 2. w4a4_gemv: weights nvfp4 in the rowmajor layout; every CTA streams its weight stripe
 //    once for all MT tokens (C1: multi-token CTA fusion), each thread keeps 8 rows x MT
 //    accumulators (C2) and decodes both operands in registers (C3): FP4 codes -> bytes by
@@ -201,10 +203,87 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
 
 }  // namespace mt
 
+namespace mt {
+__device__ __forceinline__ void qa_load_block(const __half* x, int m, int K, int kb, uint4 (&v)[2]) {
+    const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
+    v[0] = __ldcg(p);  // L2: x may be the previous kernel's output
+    v[1] = __ldcg(p + 1);
+}
+
+__device__ __forceinline__ float qa_block_amax(const uint4 (&v)[2]) {
+    const u32 w[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+    float a = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        a = fmaxf(a, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+    return a;
+}
+
+// Block b (token m, column block kb) in the golden FP32 op order: its E4M3 scale code and
+// sixteen FP4 codes (zeros for the padding blocks kb >= K / 16). With xhat, also the
+// dequantized values without the tensor scale, code x block scale: exact in FP16 (at most
+// 4 x 4 significant bits, magnitudes 2^-10 .. 2688), the FP16 operand of the tensor-core path.
+__device__ __forceinline__ void qa_emit_block(const uint4 (&v)[2], int m, int kb, int K, int KA, int nb_real,
+                                              float d32, float d6, u8* __restrict__ codes,
+                                              u8* __restrict__ scales, __half* __restrict__ xhat) {
+    uint2 packed = make_uint2(0u, 0u);
+    u8 sc = 0;
+    if (kb < nb_real) {
+        const u32 w[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+        float e[16];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+            e[2 * i] = f.x;
+            e[2 * i + 1] = f.y;
+        }
+        const float arg = __fdiv_rn(qa_block_amax(v), d6);
+        sc = (u8)__nv_cvt_float_to_fp8(arg, __NV_SATFINITE, __NV_E4M3);
+        const float sval = scale_f32<FID_NVFP4>(sc);
+        const float denom = __fmul_rn(d32, sval);
+        u32 lo = 0u, hi = 0u;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const float q = (denom > 0.f) ? __fdiv_rn(e[i], denom) : 0.f;
+            const u32 code = fp4_mag_code(fabsf(q)) | (signbit(q) ? 8u : 0u);
+            if (i < 8) lo |= code << (4 * i);
+            else hi |= code << (4 * (i - 8));
+        }
+        packed = make_uint2(lo, hi);
+        if (xhat) {
+            const float half_s = 0.5f * sval;  // exact: a power-of-two factor of an E4M3 value
+            u32 h[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float f[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const u32 c = ((2 * i + j < 8 ? lo : hi) >> (4 * ((2 * i + j) & 7))) & 0xFu;
+                    const float mag = (float)(__byte_perm(FP4_TWICE_LO, FP4_TWICE_HI, c & 7u) & 0xFFu) * half_s;
+                    f[j] = (c & 8u) ? -mag : mag;
+                }
+                const __half2 p2 = __floats2half2_rn(f[0], f[1]);
+                h[i] = *reinterpret_cast<const u32*>(&p2);
+            }
+            uint4* dst = reinterpret_cast<uint4*>(xhat + (size_t)m * K + kb * 16);
+            dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+            dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+    }
+    *reinterpret_cast<uint2*>(codes + (size_t)m * (KA / 2) + kb * 8) = packed;
+    scales[(size_t)m * (KA / 16) + kb] = sc;
+}
+}  // namespace mt
+
 // Outside the namespace: an extern "C" kernel keeps its plain name for NVRTC and nvcc.
+// xhat [M][K] (FP16) and col [M] (FP32, the tensor scale once per token) are optional (null
+// for the GEMV): the tensor-core path's activations and per-token output factor.
 extern "C" __global__ void __cluster_dims__(mt::QA_CLUSTER, 1, 1) __launch_bounds__(mt::QA_THREADS)
 nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes,  // x: no __restrict__ (PDL)
-                   u8* __restrict__ scales, float* __restrict__ ts_out) {
+                   u8* __restrict__ scales, float* __restrict__ ts_out, __half* __restrict__ xhat,
+                   float* __restrict__ col) {
     __shared__ float s_red[mt::QA_THREADS / 32];
     __shared__ float s_amax;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -220,16 +299,10 @@ nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes
     // phase 1: tensor amax (max is order-independent: exact)
     float a = 0.f;
     for (int b = b0 + tid; b < b1; b += mt::QA_THREADS) {
-        const int m = b / nb_row, kb = b % nb_row;
-        if (kb < nb_real) {
-            const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
-            const uint4 v0 = __ldcg(p), v1 = __ldcg(p + 1);  // L2: x may be the previous kernel's output
-            const u32 w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-                a = fmaxf(a, fmaxf(fabsf(f.x), fabsf(f.y)));
-            }
+        if (b % nb_row < nb_real) {
+            uint4 v[2];
+            mt::qa_load_block(x, b / nb_row, K, b % nb_row, v);
+            a = fmaxf(a, mt::qa_block_amax(v));
         }
     }
 #pragma unroll
@@ -251,41 +324,13 @@ nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes
     if (!(d32 > 0.f)) d32 = 1.f;
     const float d6 = __fmul_rn(d32, 6.0f);
     if (rank == 0 && tid == 0) ts_out[0] = d32;
+    if (col && rank == 0)
+        for (int m = tid; m < M; m += mt::QA_THREADS) col[m] = d32;
 
-    // phase 2: block scales and codes (re-reads X from L1/L2)
+    // phase 2: block scales and codes (and the dequantized values); re-reads x from L1/L2
     for (int b = b0 + tid; b < b1; b += mt::QA_THREADS) {
-        const int m = b / nb_row, kb = b % nb_row;
-        uint2 packed = make_uint2(0u, 0u);
-        u8 sc = 0;
-        if (kb < nb_real) {
-            const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + kb * 16);
-            const uint4 v0 = __ldcg(p), v1 = __ldcg(p + 1);  // L2: x may be the previous kernel's output
-            const u32 w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-            float v[16];
-            float ab = 0.f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-                v[2 * i] = f.x;
-                v[2 * i + 1] = f.y;
-                ab = fmaxf(ab, fmaxf(fabsf(f.x), fabsf(f.y)));
-            }
-            const float arg = __fdiv_rn(ab, d6);
-            sc = (u8)__nv_cvt_float_to_fp8(arg, __NV_SATFINITE, __NV_E4M3);
-            const float sval = mt::scale_f32<mt::FID_NVFP4>(sc);
-            const float denom = __fmul_rn(d32, sval);
-            u32 lo = 0u, hi = 0u;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                const float q = (denom > 0.f) ? __fdiv_rn(v[i], denom) : 0.f;
-                const u32 code = mt::fp4_mag_code(fabsf(q)) | (signbit(q) ? 8u : 0u);
-                if (i < 8) lo |= code << (4 * i);
-                else hi |= code << (4 * (i - 8));
-            }
-            packed = make_uint2(lo, hi);
-        }
-        *reinterpret_cast<uint2*>(codes + (size_t)m * (KA / 2) + kb * 8) = packed;
-        scales[(size_t)m * (KA / 16) + kb] = sc;
+        uint4 v[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+        if (b % nb_row < nb_real) mt::qa_load_block(x, b / nb_row, K, b % nb_row, v);
+        mt::qa_emit_block(v, b / nb_row, b % nb_row, K, KA, nb_real, d32, d6, codes, scales, xhat);
     }
 }
-

@@ -3,8 +3,9 @@ with on the GPU (CPU-only: headers recorded from main at 827e50f, before the ker
 constants were derived from golden/storage.py; source digests those of the cubins of the
 engine with nvfp4's and mxfp4's four producer warps and of the rewritten E4M3 quantizer, run
 on an H100 on 2026-11-27; the engine's header comment was edited after that run, and the
-SASS of every engine kernel is identical to the cubins that ran). A change here needs a new
-GPU run."""
+SASS of every engine kernel is identical to the cubins that ran; the CUDA-core/ReSET source
+with the quantizer's dequantized output for the tensor-core W4A4 path ran on an H100 on
+2026-11-27, later). A change here needs a new GPU run."""
 import hashlib
 
 import pytest
@@ -13,6 +14,7 @@ from mactile.gpu import formats
 from mactile.gpu.prebuilt import _jobs, digest
 
 HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2e59bd429c03c228ae687',
+ 'fp4_decode_header': '6b34f9f970f24e0132ba98fd990606bc99a06ea62188f08a67dbc7a2aeb93990',
  'fp4_encode_header': '848594df75e22534ca621cc22bf3bf7c6f3ee96cff1b299cbf6918d411aac629',
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
@@ -20,7 +22,7 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
 SOURCES = ['31b726a7dd2274ba282d',
            '3b18f42a6631a8e3ca84',
            '46aafc49dc309df04060',
-           '63fb329c1e1d2a8821cc',
+           '5ece373a77ca317ce146',
            '97da86e279b09504bdc6']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],

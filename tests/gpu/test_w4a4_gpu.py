@@ -1,5 +1,6 @@
-"""ReSET W4A4 path on the GPU: activation quantization bit-exact with golden NVFP4, the
-GEMV against the golden float64 product (FP32-accumulation bound), exact cases, errors."""
+"""ReSET W4A4 path on the GPU: activation quantization bit-exact with golden NVFP4 (and its
+exact FP16 values for the tensor-core path), the GEMV and the engine against the golden
+float64 product (FP32-accumulation bound), exact cases, PDL chains, errors."""
 import numpy as np
 import pytest
 
@@ -40,6 +41,15 @@ def test_quantize_bit_exact(M, K, rng):
         KA = a.KA
         if KA > K:
             assert int(a.codes[:, K // 2:].max()) == 0 and int(a.scales[:, K // 16:].max()) == 0
+        # the tensor-core path's operands: the same codes, FP4 value x block scale in FP16
+        # (exact: no rounding), the tensor scale per token
+        d = quantize_activation(cp.asarray(x), sync=True, dequant=True)
+        np.testing.assert_array_equal(d.codes.get(), a.codes.get())
+        np.testing.assert_array_equal(d.scales.get(), a.scales.get())
+        exact = (want.dequantize().astype(np.float64) / np.float64(want.tensor_scale)).reshape(M, K)
+        np.testing.assert_array_equal(d.dequant.get().astype(np.float64), exact)
+        np.testing.assert_array_equal(np.signbit(d.dequant.get()), np.signbit(exact))
+        np.testing.assert_array_equal(d.col_scale.get(), np.full(M, want.tensor_scale, np.float32))
 
 
 def test_quantize_ties_and_saturation():
@@ -80,6 +90,51 @@ def test_gemv_against_golden(M, NK, rng):
         check_close(y.get(), y_ref, abs_sum, K, what="w4a4")
 
 
+@pytest.mark.parametrize("M", [1, 2, 5, 8, 40])
+def test_engine_against_golden(M, rng):
+    """The tensor-core path (quantizer's exact FP16 values on the GEMM engine) against the
+    golden float64 product, FP16 and FP32 outputs, M within and beyond the GEMV's 1..8."""
+    cp = cupy()
+    from mactile.gpu import linear_w4a4
+    N, K = 203, 1040
+    qw = _weight(rng, N, K)
+    pw = pack_w4a16(qw).to(cp)  # both layouts
+    x = (rng.standard_normal((M, K)) * rng.uniform(0.3, 3, (M, 1))).astype(np.float16)
+    qa = NVFP4().quantize(x)
+    y_ref, abs_sum = reference(qa.dequantize(), qw.dequantize())
+    for out_dtype in (np.float16, np.float32):
+        y = poisoned((M, N), out_dtype)
+        linear_w4a4(cp.asarray(x), pw, out=y, kernel="engine", sync=True)
+        check_close(y.get(), y_ref, abs_sum, K, what="w4a4 engine")
+
+
+def test_engine_exact(rng):
+    """Narrow scale ranges (every partial sum exact in FP32): the engine path equals the
+    golden product bit for bit (hand-made operands: the quantizer is tested above)."""
+    cp = cupy()
+    from mactile.gpu.packing import PackedActivation
+    from mactile.gpu.w4a4 import gemm_w4a4_engine
+    N, K = 256, 1536
+
+    def q(rows):
+        codes = rng.integers(0, 16, (rows, K), dtype=np.uint8)
+        sc = (rng.integers(6, 9, (rows, K // 16)) << 3 | rng.integers(0, 8, (rows, K // 16))).astype(np.uint8)
+        return quantized_from_arrays(NVFP4(), codes, sc, 0.5)
+
+    qw = q(N)
+    pw = pack_w4a16(qw, layouts=("frag",)).to(cp)
+    for M in (1, 3, 8, 24):
+        qa = q(M)
+        vals = qa.dequantize().reshape(M, K) / 0.5  # FP4 value x block scale: exact in FP16
+        assert np.array_equal(vals.astype(np.float16).astype(np.float64), vals)
+        a = PackedActivation(M, K, None, None, None, dequant=cp.asarray(vals.astype(np.float16)),
+                             col_scale=cp.full(M, 0.5, dtype=cp.float32))
+        y_ref, _ = reference(qa.dequantize(), qw.dequantize())
+        y = poisoned((M, N), np.float32)
+        gemm_w4a4_engine(a, pw, out=y, sync=True)
+        np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32))
+
+
 def test_gemv_exact(rng):
     """Golden-packed activations and weights with narrow scale ranges: exact in FP32."""
     cp = cupy()
@@ -114,8 +169,9 @@ def test_gemv_exact(rng):
         np.testing.assert_array_equal(y.get(), y1_ref.astype(np.float32))
 
 
+@pytest.mark.parametrize("kernel", ["gemv", "engine"])
 @pytest.mark.parametrize("M", [1, 3, 8])
-def test_pdl_chain_reads_previous_layer(M, rng):
+def test_pdl_chain_reads_previous_layer(M, kernel, rng):
     """Programmatic dependent launch of quantizer and GEMV: a chain of layers, each
     quantizing the previous layer's output (the GEMV streams its first weight stages before
     griddepcontrol.wait, the activations after), eager and replayed from a CUDA graph,
@@ -127,14 +183,14 @@ def test_pdl_chain_reads_previous_layer(M, rng):
     K = 2048
     # weights of norm ~1 per output: the values stay O(1) down the chain
     qws = [NVFP4().quantize((rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)) for _ in range(4)]
-    pws = [pack_w4a16(q, layouts=("rowmajor",)).to(cp) for q in qws]
+    pws = [pack_w4a16(q, layouts=("rowmajor" if kernel == "gemv" else "frag",)).to(cp) for q in qws]
     x_host = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
     x0 = cp.asarray(x_host)
 
     def chain(use_pdl, ys):
         x = x0
         for pw, y in zip(pws, ys):
-            linear_w4a4(x, pw, out=y, pdl=use_pdl)
+            linear_w4a4(x, pw, out=y, pdl=use_pdl, kernel=kernel)
             x = y
         return ys
 
