@@ -19,10 +19,11 @@ FAMILIES = {
     "w4a16_cc": "mt::w4a16_cc<{F}, {MT}, {S}>",
     "w4a4_gemv": "mt::w4a4_gemv<{MT}, {S}>",
     "nvfp4_quantize_act": "nvfp4_quantize_act",  # extern "C", global namespace
+    "nvfp4_quantize_act_solo": "nvfp4_quantize_act_solo",  # extern "C", global namespace
     "reset_temperature_step": "mt::reset_temperature_step<{CL}, {R}>",
 }
 _ARGS = {"w4a16_cc": ("F", "MT", "S"), "w4a4_gemv": ("MT", "S"),
-         "nvfp4_quantize_act": (), "reset_temperature_step": ("CL", "R")}
+         "nvfp4_quantize_act": (), "nvfp4_quantize_act_solo": (), "reset_temperature_step": ("CL", "R")}
 _FILES = ("w4a16_cc.cu", "w4a4.cu", "reset_temperature.cu")
 
 
@@ -82,6 +83,7 @@ def default_instances() -> list[tuple[str, dict]]:
         if S != w4a4_stages(1):
             out.append(("w4a4_gemv", {"MT": 1, "S": S}))
     out.append(("nvfp4_quantize_act", {}))
+    out.append(("nvfp4_quantize_act_solo", {}))
     for CL in CLUSTERS:
         for R in R_CHOICES:
             out.append(("reset_temperature_step", {"CL": CL, "R": R}))

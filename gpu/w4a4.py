@@ -2,7 +2,7 @@
 
 :func:`quantize_activation` turns FP16 ``x[M, K]`` into NVFP4 bit for bit as
 ``mactile.golden.NVFP4().quantize(x)`` does (same FP32 op order; tensor scale over the
-whole ``x``) in one launch of one 8-CTA cluster; :func:`gemv_w4a4` multiplies NVFP4
+whole ``x``) in one launch of eight CTAs (one cluster; plain CTAs for small ``x``); :func:`gemv_w4a4` multiplies NVFP4
 activations with NVFP4 weights (rowmajor layout) for M = 1..8 on the CUDA cores (ReSET's
 GEMV); :func:`linear_w4a4` does both, with programmatic dependent launch where the driver
 allows it: the GEMV starts while the quantizer runs and streams its first weight stages
@@ -27,7 +27,7 @@ from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, defa
 
 __all__ = ["quantize_activation", "gemv_w4a4", "gemm_w4a4_engine", "linear_w4a4", "w4a4_kernel", "W4A4_KERNELS",
            "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M", "w4a4_smem", "tile_aligned_ctas", "w4a4_m1_launch",
-           "W4A4_M1_STAGES"]
+           "W4A4_M1_STAGES", "QA_SOLO_MAX_ELEMENTS", "W4A4_GEMV_MIN_FILL"]
 
 W4A4_MAX_M = 8
 
@@ -65,6 +65,14 @@ def w4a4_smem(MT: int, S: int | None = None) -> int:
     return S * stage + MT * 68 * 4 + 16
 
 
+#: Up to this many elements (M * K) the quantizer runs as eight plain CTAs that each take
+#: the tensor amax over all of x (``nvfp4_quantize_act_solo``; at most 64 KB read eight
+#: times from L2) instead of one 8-CTA cluster that shares it through distributed shared
+#: memory: the cluster's launch and barriers cost more than the reads there (H100,
+#: 2026-11-27, docs/gpu.md "ReSET W4A4").
+QA_SOLO_MAX_ELEMENTS = 32768
+
+
 def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = False,
                         pdl: bool = False, dequant: bool = False) -> PackedActivation:
     """NVFP4-quantize FP16 activations ``x[M, K]`` on the GPU (bit-exact with the golden model).
@@ -94,11 +102,11 @@ def quantize_activation(x, *, out: PackedActivation | None = None, sync: bool = 
     elif dequant and (out.dequant is None or out.col_scale is None):
         raise ValueError("out has no dequant/col_scale buffers: make it with quantize_activation(..., "
                          "dequant=True) first")
-    k = kernel("nvfp4_quantize_act")
+    name = "nvfp4_quantize_act_solo" if M * K <= QA_SOLO_MAX_ELEMENTS else "nvfp4_quantize_act"
     args = (x, np.int32(M), np.int32(K), np.int32(KA), out.codes, out.scales, out.tensor_scale,
             out.dequant if dequant else None, out.col_scale if dequant else None)
-    _launch.launch(k, (8,), (512,), args, pdl=pdl)  # the null pointers need the driver's launch
-    check_launch("nvfp4_quantize_act", sync=sync)
+    _launch.launch(kernel(name), (8,), (512,), args, pdl=pdl)  # the null pointers need the driver's launch
+    check_launch(name, sync=sync)
     return out
 
 
@@ -165,23 +173,33 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
 W4A4_KERNELS = ("gemv", "engine")
 
 
+#: At M = 1 ReSET's GEMV is the default where its CTAs fill at least this fraction of its
+#: slots (two CTAs per SM while the row tiles are fewer than the SMs, :func:`w4a4_m1_launch`).
+W4A4_GEMV_MIN_FILL = 0.95
+
+
 def w4a4_kernel(M: int, pw: PackedW4A16, sms: int | None = None) -> str:
     """The kernel :func:`linear_w4a4` takes by default: the one of the packed layouts
-    present, else measured (H100 benchmark, 2026-11-27, quantizer included, PDL;
-    docs/gpu.md "ReSET W4A4"): the engine at M = 2..8 (8192x8192 M = 8: 24.1 against
-    41.3 us; the GEMV's FP32 work grows with M) and above; at M = 1 ReSET's GEMV where every
-    SM gets whole row tiles (N >= 64 x SMs: 4096x28672 29.5 against 30.9 us, 5120x25600 35.5
-    against 36.9), else the engine (8192x5120 17.6 against 19.6 us, 14336x4096 21.3 against
-    23.5)."""
+    present, else measured (H100, 2026-11-27, quantizer included, PDL; docs/gpu.md "ReSET
+    W4A4"): the engine at M = 2..8 (8192x8192 M = 8: 24.1 against 41.5 us; the GEMV's FP32
+    work grows with M) and above; at M = 1 ReSET's GEMV (it requests its first weight stages
+    while the quantizer runs: 8192x8192 20.8 against 21.9 us) unless its tile-aligned
+    partition leaves SM slots idle (fill below :data:`W4A4_GEMV_MIN_FILL`: 80 row tiles
+    take 3 x 80 of 264 slots, 96 take 2 x 96), where the engine is faster (8192x5120 16.5
+    against 17.8 us, 4096x6144 12.9 against 13.7)."""
     has_gemv, has_tc = "rowmajor" in pw.layouts, "frag" in pw.layouts
     if not (has_gemv or has_tc):
         raise ValueError("the packed weight has neither the rowmajor nor the frag layout")
     if not has_tc:
         return "gemv"
-    if not has_gemv or M > W4A4_MAX_M:
+    if not has_gemv or M != 1:
         return "engine"
-    RT = cc_units(pw)[0]
-    return "gemv" if M == 1 and RT >= (sm_count() if sms is None else sms) else "engine"
+    sms = sm_count() if sms is None else sms
+    RT, KU, _ = cc_units(pw)
+    if RT >= sms:
+        return "gemv"
+    C, _ = w4a4_m1_launch(RT, KU, sms)
+    return "gemv" if C >= W4A4_GEMV_MIN_FILL * 2 * sms else "engine"
 
 
 def gemm_w4a4_engine(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16, cfg=None,

@@ -2,7 +2,8 @@
 //
 // 1. nvfp4_quantize_act: one launch of one 8-CTA thread-block cluster quantizes X[M,K]
 //    (fp16) to NVFP4 with golden/fp4blocks.py's FP32 op order, bit for bit: tensor amax
-//    (cluster-wide through distributed shared memory), D32 = amax / 2688, per block
+//    (cluster-wide through distributed shared memory; nvfp4_quantize_act_solo, for small
+//    X: eight plain CTAs that each take it over all of X), D32 = amax / 2688, per block
 //    E4M3(amax_b / (D32 * 6)) (RNE, saturating), q = FP4(x / (D32 * s)) (RNE).
 //    Output: codes [M][KA/2] (low nibble = element 2i), linear E4M3 scales [M][KA/16]
 //    (KA = K rounded up to 512, zero padded), the FP32 tensor scale in ts_out[0]; for the
@@ -21,7 +22,7 @@
 namespace mt {
 
 constexpr int QA_THREADS = 512;
-constexpr int QA_CLUSTER = 8;
+constexpr int QA_CTAS = 8;  // the quantizer's CTAs (one cluster, or plain CTAs for small x)
 
 // ------------------------------------------------------------------ GEMV
 template <int MT, int STAGES>
@@ -277,32 +278,35 @@ __device__ __forceinline__ void qa_emit_block(const uint4 (&v)[2], int m, int kb
 }
 }  // namespace mt
 
-// Outside the namespace: an extern "C" kernel keeps its plain name for NVRTC and nvcc.
-// xhat [M][K] (FP16) and col [M] (FP32, the tensor scale once per token) are optional (null
-// for the GEMV): the tensor-core path's activations and per-token output factor.
-extern "C" __global__ void __cluster_dims__(mt::QA_CLUSTER, 1, 1) __launch_bounds__(mt::QA_THREADS)
-nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes,  // x: no __restrict__ (PDL)
-                   u8* __restrict__ scales, float* __restrict__ ts_out, __half* __restrict__ xhat,
-                   float* __restrict__ col) {
-    __shared__ float s_red[mt::QA_THREADS / 32];
+namespace mt {
+// Both quantizer kernels: QA_CTAS CTAs, CTA `rank` encodes blocks [b0, b1) of the M * KA / 16.
+// CLUSTER: the CTAs are one thread-block cluster and take the tensor amax over their own
+// blocks, then across the cluster through distributed shared memory. Otherwise every CTA
+// takes the amax over all of x itself (no cluster launch, no cluster barriers; for small x,
+// where reading x eight times costs less than the barriers: measured in docs/gpu.md).
+template <bool CLUSTER>
+__device__ __forceinline__ void qa_body(const __half* x, int M, int K, int KA, u8* __restrict__ codes,
+                                        u8* __restrict__ scales, float* __restrict__ ts_out,
+                                        __half* __restrict__ xhat, float* __restrict__ col) {
+    __shared__ float s_red[QA_THREADS / 32];
     __shared__ float s_amax;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const u32 rank = mt::cluster_ctarank();
+    const u32 rank = CLUSTER ? cluster_ctarank() : blockIdx.x;
     const int nb_row = KA / 16, nb_real = K / 16;
     const int NB = M * nb_row;
-    const int b0 = (int)(((long long)rank * NB) / mt::QA_CLUSTER), b1 = (int)(((long long)(rank + 1) * NB) / mt::QA_CLUSTER);
-    // Programmatic dependent launch: the GEMV may start now (it streams weights until its
+    const int b0 = (int)(((long long)rank * NB) / QA_CTAS), b1 = (int)(((long long)(rank + 1) * NB) / QA_CTAS);
+    // Programmatic dependent launch: the GEMM may start now (it streams weights until its
     // own griddepcontrol.wait); x is read only after the previous kernel has completed.
-    mt::griddep_launch_dependents();
-    mt::griddep_wait();
+    griddep_launch_dependents();
+    griddep_wait();
 
     // phase 1: tensor amax (max is order-independent: exact)
     float a = 0.f;
-    for (int b = b0 + tid; b < b1; b += mt::QA_THREADS) {
+    for (int b = (CLUSTER ? b0 : 0) + tid; b < (CLUSTER ? b1 : NB); b += QA_THREADS) {
         if (b % nb_row < nb_real) {
             uint4 v[2];
-            mt::qa_load_block(x, b / nb_row, K, b % nb_row, v);
-            a = fmaxf(a, mt::qa_block_amax(v));
+            qa_load_block(x, b / nb_row, K, b % nb_row, v);
+            a = fmaxf(a, qa_block_amax(v));
         }
     }
 #pragma unroll
@@ -311,26 +315,50 @@ nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes
     __syncthreads();
     if (tid == 0) {
         float m = 0.f;
-        for (int i = 0; i < mt::QA_THREADS / 32; ++i) m = fmaxf(m, s_red[i]);
+        for (int i = 0; i < QA_THREADS / 32; ++i) m = fmaxf(m, s_red[i]);
         s_amax = m;
     }
-    mt::cluster_sync();
     float amax = 0.f;
+    if constexpr (CLUSTER) {
+        cluster_sync();
 #pragma unroll
-    for (u32 r = 0; r < mt::QA_CLUSTER; ++r) amax = fmaxf(amax, mt::ld_dsmem_f32(&s_amax, r));
-    mt::cluster_sync();  // no CTA leaves while another still reads its shared memory
+        for (u32 r = 0; r < QA_CTAS; ++r) amax = fmaxf(amax, ld_dsmem_f32(&s_amax, r));
+        cluster_sync();  // no CTA leaves while another still reads its shared memory
+    } else {
+        __syncthreads();
+        amax = s_amax;
+    }
 
-    float d32 = __fdiv_rn(amax, mt::NVFP4_TS_DENOM);
+    float d32 = __fdiv_rn(amax, NVFP4_TS_DENOM);
     if (!(d32 > 0.f)) d32 = 1.f;
     const float d6 = __fmul_rn(d32, 6.0f);
     if (rank == 0 && tid == 0) ts_out[0] = d32;
     if (col && rank == 0)
-        for (int m = tid; m < M; m += mt::QA_THREADS) col[m] = d32;
+        for (int m = tid; m < M; m += QA_THREADS) col[m] = d32;
 
     // phase 2: block scales and codes (and the dequantized values); re-reads x from L1/L2
-    for (int b = b0 + tid; b < b1; b += mt::QA_THREADS) {
+    for (int b = b0 + tid; b < b1; b += QA_THREADS) {
         uint4 v[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
-        if (b % nb_row < nb_real) mt::qa_load_block(x, b / nb_row, K, b % nb_row, v);
-        mt::qa_emit_block(v, b / nb_row, b % nb_row, K, KA, nb_real, d32, d6, codes, scales, xhat);
+        if (b % nb_row < nb_real) qa_load_block(x, b / nb_row, K, b % nb_row, v);
+        qa_emit_block(v, b / nb_row, b % nb_row, K, KA, nb_real, d32, d6, codes, scales, xhat);
     }
+}
+}  // namespace mt
+
+// Outside the namespace: extern "C" kernels keep their plain names for NVRTC and nvcc.
+// xhat [M][K] (FP16) and col [M] (FP32, the tensor scale once per token) are optional (null
+// for the GEMV): the tensor-core path's activations and per-token output factor.
+extern "C" __global__ void __cluster_dims__(mt::QA_CTAS, 1, 1) __launch_bounds__(mt::QA_THREADS)
+nvfp4_quantize_act(const __half* x, int M, int K, int KA, u8* __restrict__ codes,  // x: no __restrict__ (PDL)
+                   u8* __restrict__ scales, float* __restrict__ ts_out, __half* __restrict__ xhat,
+                   float* __restrict__ col) {
+    mt::qa_body<true>(x, M, K, KA, codes, scales, ts_out, xhat, col);
+}
+
+// The same without a cluster (grid of QA_CTAS plain CTAs), for small x.
+extern "C" __global__ void __launch_bounds__(mt::QA_THREADS)
+nvfp4_quantize_act_solo(const __half* x, int M, int K, int KA, u8* __restrict__ codes,
+                        u8* __restrict__ scales, float* __restrict__ ts_out, __half* __restrict__ xhat,
+                        float* __restrict__ col) {
+    mt::qa_body<false>(x, M, K, KA, codes, scales, ts_out, xhat, col);
 }

@@ -62,3 +62,15 @@ def exact_case_weight(fmt, N, K, rng):
         sc[5] = 0
         sc |= (rng.integers(0, 4, (N, nb)) << 14).astype(np.uint16)
     return quantized_from_arrays(fmt, codes, sc, 1.0)
+
+
+def load_benchmark_script(name: str):
+    """The module of ``benchmarks/<name>.py`` (not a package: loaded by path, CPU only)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -4,21 +4,18 @@ different devices or overlapping shapes are refused by name."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from fp4_gpu_util import load_benchmark_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "docs" / "results" / "gpu_gemm_h100.json"
 
 
 def _merge_module():
-    spec = importlib.util.spec_from_file_location("merge_gpu_bench", ROOT / "benchmarks" / "merge_gpu_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark_script("merge_gpu_bench")
 
 
 def _split():

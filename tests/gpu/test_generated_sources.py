@@ -22,7 +22,7 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
 SOURCES = ['31b726a7dd2274ba282d',
            '3b18f42a6631a8e3ca84',
            '46aafc49dc309df04060',
-           '5ece373a77ca317ce146',
+           '55e45529e797c649abd6',
            '97da86e279b09504bdc6']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],

@@ -35,7 +35,8 @@ def _pdl_cases():
     from mactile.gpu.flexq.kernels import prebuilt_jobs as flexq_jobs
     from mactile.gpu.nestedfp import kernels as nfp_kernels
     [(fsrc, fnames)] = flexq_jobs()[:1]
-    return [("w4a4", build.full_source(), ["mt::w4a4_gemv<1, 3>", "mt::w4a4_gemv<8, 4>", "nvfp4_quantize_act"]),
+    return [("w4a4", build.full_source(), ["mt::w4a4_gemv<1, 3>", "mt::w4a4_gemv<8, 4>", "nvfp4_quantize_act",
+                                           "nvfp4_quantize_act_solo"]),
             ("engine", engine.engine_source(), [engine.engine_name("nvfp4", engine.config_for("nvfp4", 1))]),
             ("flexq", fsrc, [n for n in sorted(fnames) if "flexq_gemm<" in n][:1]),
             ("nestedfp", nfp_kernels._source(), ["nfp::nestedfp_quant_e4m3"]),

@@ -17,11 +17,15 @@ BOTH = ("frag", "rowmajor")
 def test_default_kernel_follows_layouts_then_the_measured_rule():
     assert w4a4_kernel(1, _pw(4096, ("rowmajor",)), sms=132) == "gemv"
     assert w4a4_kernel(8, _pw(4096, ("frag",)), sms=132) == "engine"
-    assert w4a4_kernel(1, _pw(28672, BOTH), sms=132) == "gemv"    # 448 row tiles >= 132 SMs
-    assert w4a4_kernel(1, _pw(8448, BOTH), sms=132) == "gemv"     # exactly one row tile per SM
-    assert w4a4_kernel(1, _pw(8192, BOTH), sms=132) == "engine"   # 128 row tiles
     assert w4a4_kernel(2, _pw(28672, BOTH), sms=132) == "engine"
     assert w4a4_kernel(64, _pw(28672, BOTH), sms=132) == "engine"  # beyond the GEMV's M <= 8
+    # M = 1: the GEMV unless its tile-aligned CTAs leave more than 5% of 2 x 132 slots idle
+    assert w4a4_kernel(1, _pw(28672, BOTH), sms=132) == "gemv"    # 448 row tiles >= 132 SMs
+    assert w4a4_kernel(1, _pw(8448, BOTH), sms=132) == "gemv"     # one row tile per SM
+    assert w4a4_kernel(1, _pw(8192, BOTH), sms=132) == "gemv"     # 128 tiles x 2 = 256 of 264
+    assert w4a4_kernel(1, _pw(4096, BOTH), sms=132) == "gemv"     # 64 x 4 = 256
+    assert w4a4_kernel(1, _pw(5120, BOTH), sms=132) == "engine"   # 80 x 3 = 240 (91%)
+    assert w4a4_kernel(1, _pw(6144, BOTH), sms=132) == "engine"   # 96 x 2 = 192 (73%)
     with pytest.raises(ValueError, match="neither the rowmajor nor the frag"):
         w4a4_kernel(1, _pw(64, ()), sms=132)
 

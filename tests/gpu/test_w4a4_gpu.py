@@ -25,8 +25,11 @@ def _wide_range(rng, M, K):
     return x
 
 
-@pytest.mark.parametrize("M,K", [(1, 16), (1, 4096), (3, 1040), (8, 5120), (8, 28672)])
+@pytest.mark.parametrize("M,K", [(1, 16), (1, 4096), (3, 1040), (2, 16384), (1, 25600), (8, 5120), (2, 16400),
+                                 (8, 28672)])
 def test_quantize_bit_exact(M, K, rng):
+    """Both quantizer kernels (eight plain CTAs up to QA_SOLO_MAX_ELEMENTS = M * K, one
+    cluster above; both sides of the limit are here) against golden, bit for bit."""
     cp = cupy()
     from mactile.gpu import quantize_activation
     for trial in range(3):
