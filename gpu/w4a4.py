@@ -2,9 +2,9 @@
 
 :func:`quantize_activation` turns FP16 ``x[M, K]`` into NVFP4 bit for bit as
 ``mactile.golden.NVFP4().quantize(x)`` does (same FP32 op order; tensor scale over the
-whole ``x``) in one launch of eight CTAs (one cluster; plain CTAs for small ``x``); :func:`gemv_w4a4` multiplies NVFP4
-activations with NVFP4 weights (rowmajor layout) for M = 1..8 on the CUDA cores (ReSET's
-GEMV); :func:`linear_w4a4` does both, with programmatic dependent launch where the driver
+whole ``x``) in one launch of eight CTAs (one cluster; plain CTAs for small ``x``);
+:func:`gemv_w4a4` multiplies NVFP4 activations with NVFP4 weights (rowmajor layout) for
+M = 1..8 on the CUDA cores (ReSET's GEMV); :func:`linear_w4a4` does both, with programmatic dependent launch where the driver
 allows it: the GEMV starts while the quantizer runs and streams its first weight stages
 before it waits for the activations. ``linear_w4a4`` can instead run the product on the
 tensor-core GEMM engine (``kernel="engine"``, the default where :func:`w4a4_kernel` says
@@ -181,12 +181,13 @@ W4A4_GEMV_MIN_FILL = 0.95
 def w4a4_kernel(M: int, pw: PackedW4A16, sms: int | None = None) -> str:
     """The kernel :func:`linear_w4a4` takes by default: the one of the packed layouts
     present, else measured (H100, 2026-11-27, quantizer included, PDL; docs/gpu.md "ReSET
-    W4A4"): the engine at M = 2..8 (8192x8192 M = 8: 24.1 against 41.5 us; the GEMV's FP32
-    work grows with M) and above; at M = 1 ReSET's GEMV (it requests its first weight stages
-    while the quantizer runs: 8192x8192 20.8 against 21.9 us) unless its tile-aligned
-    partition leaves SM slots idle (fill below :data:`W4A4_GEMV_MIN_FILL`: 80 row tiles
-    take 3 x 80 of 264 slots, 96 take 2 x 96), where the engine is faster (8192x5120 16.5
-    against 17.8 us, 4096x6144 12.9 against 13.7)."""
+    W4A4", docs/results/gpu_w4a4_paths_h100.md): the engine at M = 2..8 (8192x8192 M = 8:
+    24.0 against 41.4 us; the GEMV's FP32 work grows with M) and above; at M = 1 ReSET's
+    GEMV (it requests its first weight stages while the quantizer runs: 8192x8192 20.4
+    against 21.8 us) unless its tile-aligned partition leaves SM slots idle (fill below
+    :data:`W4A4_GEMV_MIN_FILL`: 80 row tiles take 3 x 80 of 264 slots, 96 take 2 x 96),
+    where the engine is faster (8192x5120 16.5 against 17.9 us, 4096x6144 12.9 against
+    13.6)."""
     has_gemv, has_tc = "rowmajor" in pw.layouts, "frag" in pw.layouts
     if not (has_gemv or has_tc):
         raise ValueError("the packed weight has neither the rowmajor nor the frag layout")
