@@ -35,6 +35,22 @@ __device__ __forceinline__ void neg(int (&acc)[4], const int (&n)[4]) {
 
 template <int P, int Q> struct FlexqTile;  // specialised by the generated schedules
 
+// Lane-interleaved plane words (gpu/flexq/layout.py): one (tile, group) block holds
+// 32 * WORDS words; lane L's word w sits at ((w / V) * 32 + L) * V + w % V, V = 4 words
+// (one 16-byte load) where WORDS is a multiple of 4, else 2 (8 bytes). A warp's v-th vector
+// load then reads one contiguous 512- or 256-byte run (lanes 48 bytes apart, as before,
+// left every sector half used per load instruction).
+template <int WORDS>
+__device__ __forceinline__ constexpr int plane_vec() {
+  static_assert(WORDS % 2 == 0, "plane words per lane come in pairs");
+  return WORDS % 4 == 0 ? 4 : 2;
+}
+template <int WORDS>
+__device__ __forceinline__ int plane_word(int lane, int w) {
+  constexpr int V = plane_vec<WORDS>();
+  return ((w / V) * 32 + lane) * V + w % V;
+}
+
 }  // namespace flexq
 
 FLEXQ_GENERATED_SCHEDULES
@@ -110,8 +126,8 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
   const int tile = row / R, h = (row % R) / 8, g = row % 8;
   if (lane < BITS * 4) {
     const int s = lane / 4, c = lane % 4;
-    const long long base = (((long long)tile * G + grp) * 32 + (g * 4 + c)) * WORDS;
-    planes[base + s * HALVES + h] = mine;
+    const long long base = ((long long)tile * G + grp) * 32 * WORDS;
+    planes[base + plane_word<WORDS>(g * 4 + c, s * HALVES + h)] = mine;
   }
   if (lane == 0) scales[(long long)grp * rows_pad + row] = s16;
 }
@@ -120,13 +136,19 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
 // Block: WR x WK warps. Warp (wr, wk) owns RT weight tiles (16 rows each) and the groups
 // g = wk, wk + WK, ...; all warps share the block's MT activation tiles (8 tokens each).
 // Split-K partial sums meet in shared memory; the block writes Y[tok, row] coalesced.
+// W6A6 blocks of 512 threads with one group in flight (the M <= 8 default) ask for two
+// blocks per SM, i.e. at most 64 registers: they stream weights and want the warps
+// resident. Without the bound ptxas takes 71 and one block fits; with it, W6A8 (two more
+// activation words per lane) and U = 2 would spill, so those get none. A minimum of 0
+// emits no .minnctapersm (1 would let ptxas take up to 255 registers: +50 on M >= 16).
 template <int P, int Q, int MT, int RT, int WR, int WK, int U, int OUT>
-__global__ void __launch_bounds__(WR * WK * 32)
+__global__ void __launch_bounds__(WR * WK * 32, (WR * WK == 16 && Q == 6 && U == 1) ? 2 : 0)
 flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
            const uint32_t* xp, const __half* sx,  // not __restrict__: with it NVVM marks their
            // loads invariant and hoists them above griddepcontrol.wait (seen in the SASS)
            void* __restrict__ out, int M, int N, int G, int n_wtiles, int Npad, int Mpad) {
   constexpr int WW = 2 * P;  // words per lane of one weight tile-group
+  static_assert(WW % 4 == 0, "weights are read in 16-byte vectors");
   constexpr int BROWS = 16 * RT * WR;
   constexpr int BTOK = 8 * MT;
   extern __shared__ float red[];  // [WK][BTOK][BROWS]
@@ -136,12 +158,25 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
   const int gid = lane >> 2, tig = lane & 3;
   const int wt0 = blockIdx.x * RT * WR + wr * RT;
   const int xt0 = blockIdx.y * MT;
-  // Programmatic dependent launch: the activation planes come from the quantize launch,
-  // which may still run when this grid starts; wait for it (a no-op for a plain launch).
-  // ptxas places this before the first loads whatever the source order, so what PDL hides
-  // is the launch and ramp-up of this grid, not the first weight loads.
-  griddep_wait();
-
+  // This warp's weight words for group grp (lane-interleaved: plane_word) and their FP16
+  // scales. Weights come from no earlier kernel, so the first step's may be requested
+  // before griddepcontrol.wait (PEEL below; non-coherent path: const __restrict__).
+  auto load_w = [&](uint32_t (&wf)[U][RT][WW], float (&swf)[U][RT][2], int u, int grp) {
+#pragma unroll
+    for (int i = 0; i < RT; ++i) {
+      const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
+      const uint32_t* p = wp + ((long long)wt * G + grp) * 32 * WW;
+#pragma unroll
+      for (int v = 0; v < WW / 4; ++v) {
+        const uint4 t = ldg_stream16(p + plane_word<WW>(lane, 4 * v));
+        wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
+        wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
+      }
+      const __half* q = sw + (grp * Npad + wt * 16 + gid);  // < 2^31: 32-bit index math
+      swf[u][i][0] = __half2float(q[0]);
+      swf[u][i][1] = __half2float(q[8]);
+    }
+  };
   float facc[RT][MT][4];
 #pragma unroll
   for (int i = 0; i < RT; ++i)
@@ -150,48 +185,35 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
 #pragma unroll
       for (int r = 0; r < 4; ++r) facc[i][j][r] = 0.f;
 
-  for (int g0 = wk; g0 < G; g0 += WK * U) {
-    uint32_t wf[U][RT][WW];
+  // One step: this warp's groups g0 + u * WK (u < U). fetch_w: load each group's weights
+  // just before its activations, else they are in wf/swf already.
+  auto step = [&](uint32_t (&wf)[U][RT][WW], float (&swf)[U][RT][2], int g0, bool fetch_w) {
     uint32_t xf[U][MT][Q];
-    float swf[U][RT][2];
     float sxf[U][MT][2];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int grp = g0 + u * WK;
       if (grp < G) {
-#pragma unroll
-        for (int i = 0; i < RT; ++i) {
-          const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
-          const uint32_t* p = wp + (((long long)wt * G + grp) * 32 + lane) * WW;
-#pragma unroll
-          for (int v = 0; v < WW / 4; ++v) {
-            const uint4 t = ldg_stream16(p + 4 * v);
-            wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
-            wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
-          }
-          const __half* q = sw + (long long)grp * Npad + wt * 16 + gid;
-          swf[u][i][0] = __half2float(q[0]);
-          swf[u][i][1] = __half2float(q[8]);
-        }
+        if (fetch_w) load_w(wf, swf, u, grp);
 #pragma unroll
         for (int j = 0; j < MT; ++j) {
-          const uint32_t* p = xp + (((long long)(xt0 + j) * G + grp) * 32 + lane) * Q;
+          const uint32_t* p = xp + ((long long)(xt0 + j) * G + grp) * 32 * Q;
           if constexpr (Q % 4 == 0) {
 #pragma unroll
             for (int v = 0; v < Q / 4; ++v) {
-              const uint4 t = *reinterpret_cast<const uint4*>(p + 4 * v);
+              const uint4 t = *reinterpret_cast<const uint4*>(p + plane_word<Q>(lane, 4 * v));
               xf[u][j][4 * v] = t.x; xf[u][j][4 * v + 1] = t.y;
               xf[u][j][4 * v + 2] = t.z; xf[u][j][4 * v + 3] = t.w;
             }
           } else {
 #pragma unroll
             for (int v = 0; v < Q / 2; ++v) {
-              const uint2 t = *reinterpret_cast<const uint2*>(p + 2 * v);
+              const uint2 t = *reinterpret_cast<const uint2*>(p + plane_word<Q>(lane, 2 * v));
               xf[u][j][2 * v] = t.x; xf[u][j][2 * v + 1] = t.y;
             }
           }
           const __half2 s2 = *reinterpret_cast<const __half2*>(
-              sx + (long long)grp * Mpad + (xt0 + j) * 8 + 2 * tig);
+              sx + (grp * Mpad + (xt0 + j) * 8 + 2 * tig));
           sxf[u][j][0] = __low2float(s2);
           sxf[u][j][1] = __high2float(s2);
         }
@@ -226,6 +248,46 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
           }
         }
       }
+    }
+  };
+
+  auto load_w_all = [&](uint32_t (&wf)[U][RT][WW], float (&swf)[U][RT][2], int g0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (g0 + u * WK < G) load_w(wf, swf, u, g0 + u * WK);
+  };
+  // PEEL: the first step's weights are requested before griddepcontrol.wait (below) and
+  // every step loads all its weights before its activations. Measured against the plain
+  // loop (wait first, each group's weights just before its activations) on the H100, one
+  // process, nine layers (2026-11-27): M <= 8 (MT = 1) 0-13% faster, M = 16 4-9% faster,
+  // M = 64 0-9% faster; M = 32 (MT = 4) up to 10% faster on seven layers but 32-45% slower
+  // on the two with N = 4096 (ptxas gives it 127 instead of 166 registers), so MT = 4 keeps
+  // the plain loop.
+  constexpr bool PEEL = MT != 4;
+  // Programmatic dependent launch: the activation planes come from the quantize launch,
+  // which may still run when this grid starts; griddepcontrol.wait waits for it (a no-op
+  // for a plain launch).
+  int g_first = wk;
+  if constexpr (PEEL) {
+    uint32_t wf[U][RT][WW];
+    float swf[U][RT][2];
+    load_w_all(wf, swf, wk);
+    griddep_wait();
+    if (wk < G) step(wf, swf, wk, false);
+    g_first = wk + WK * U;
+  } else {
+    griddep_wait();
+  }
+  for (int g0 = g_first; g0 < G; g0 += WK * U) {
+    // weights declared per step: a conditional load of a loop-carried array (grp < G)
+    // would keep the previous step's registers alive (measured: up to +70 registers)
+    uint32_t wf[U][RT][WW];
+    float swf[U][RT][2];
+    if constexpr (PEEL) {
+      load_w_all(wf, swf, g0);
+      step(wf, swf, g0, false);
+    } else {
+      step(wf, swf, g0, true);
     }
   }
   if constexpr (OUT != 2) {
@@ -300,10 +362,10 @@ flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
 #pragma unroll
         for (int i = 0; i < RT; ++i) {
           const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
-          const uint32_t* p = wp + (((long long)wt * G + grp) * 32 + lane) * WW;
+          const uint32_t* p = wp + ((long long)wt * G + grp) * 32 * WW;
 #pragma unroll
           for (int v = 0; v < WW / 4; ++v) {
-            const uint4 t = ldg_stream16(p + 4 * v);
+            const uint4 t = ldg_stream16(p + plane_word<WW>(lane, 4 * v));
             wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
             wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
           }

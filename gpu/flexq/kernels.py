@@ -18,7 +18,7 @@ from mactile.golden.block import InputError
 
 from .. import pdl, prebuilt, runtime
 from .codegen import schedule_source
-from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes
+from .layout import ACT_TILE, GROUP, WEIGHT_TILE, PackedPlanes, planes_shape
 
 __all__ = ["FlexQLinear", "GemmConfig", "FusedConfig", "choose_config", "choose_fused",
            "GpuPlanes", "quantize_pack"]
@@ -58,16 +58,31 @@ class GemmConfig:
 
 
 #: Measured two-launch GEMM shapes per weight shape (N, K) for M <= 8 (from the sweeps in
-#: docs/results; docs/gpu.md). Other shapes use (1, 2, 1, 16, 1): 32 rows and 16 warps along
-#: K per block, the best or tied-best of the second sweep on all five benchmark shapes.
+#: docs/results; docs/gpu.md). Other shapes use :func:`choose_config`'s rule.
 GEMM_TABLE: dict = {}
 
+#: M <= 8 default: 32 rows and 16 warps along K per block, one group in flight per warp
+#: (the best or tied-best of the sweeps on the benchmark shapes, docs/gpu.md) ...
+SMALL_M_CONFIG = GemmConfig(mt=1, rt=2, wr=1, wk=16, u=1)
+#: ... unless that grid has no more blocks than the GPU has SMs: then 16 rows per block and
+#: two groups in flight per warp, twice the blocks (measured on the H100, 2026-11-27: N =
+#: 4096 at M = 1, 9.2 -> 8.5 us at K = 4096 and 20.9 -> 20.1 us at K = 14336; with more
+#: blocks than SMs the 32-row blocks stay faster, e.g. 10.5 against 11.7 us at N = 6144).
+SMALL_M_NARROW_CONFIG = GemmConfig(mt=1, rt=1, wr=1, wk=16, u=2)
 
-def choose_config(m: int, n: int, groups: int) -> GemmConfig:
-    """Default kernel shape for M tokens (the measured choices are in docs/gpu.md)."""
+
+def choose_config(m: int, n: int, groups: int, sms: int | None = None) -> GemmConfig:
+    """Default kernel shape for M tokens (the measured choices are in docs/gpu.md);
+    ``sms``: the GPU's SM count (None: the current device's)."""
     mt = 1 if m <= 8 else 2 if m <= 16 else 4 if m <= 32 else 8
     if mt == 1:
-        return GEMM_TABLE.get((n, groups * GROUP), GemmConfig(mt=1, rt=2, wr=1, wk=16, u=1))
+        hit = GEMM_TABLE.get((n, groups * GROUP))
+        if hit is not None:
+            return hit
+        blocks = -(-n // (WEIGHT_TILE * SMALL_M_CONFIG.rt * SMALL_M_CONFIG.wr))
+        if blocks <= (_sm_count() if sms is None else sms):
+            return SMALL_M_NARROW_CONFIG
+        return SMALL_M_CONFIG
     if mt == 2:
         return GemmConfig(mt=mt, rt=1, wr=1, wk=8, u=4)
     if mt == 4:
@@ -144,7 +159,7 @@ def choose_fused(m: int, n: int, groups: int) -> FusedConfig | None:
 class GpuPlanes:
     """Packed planes on the GPU (layout of :class:`~mactile.gpu.flexq.layout.PackedPlanes`)."""
 
-    planes: object   # cupy uint32 (tiles, groups, 32, words)
+    planes: object   # cupy uint32 (tiles, groups, words/V, 32, V): layout.planes_shape
     scales: object   # cupy float16 (groups, rows_pad)
     rows: int
     k: int
@@ -197,7 +212,7 @@ SWEEP_CONFIGS = ((8, 1, 4, 2, 1), (8, 2, 2, 4, 1), (8, 1, 1, 8, 1), (1, 1, 1, 4,
 def prebuilt_jobs():
     """(source, names) for :mod:`mactile.gpu.prebuilt`: every instantiation used by the
     tests and benchmarks."""
-    defaults = [choose_config(m, 4096, 32) for m in (1, 16, 32, 64)]
+    defaults = [choose_config(m, 4096, 32, sms=1) for m in (1, 16, 32, 64)] + [SMALL_M_NARROW_CONFIG]
     tests = [GemmConfig(*c) for c in TEST_CONFIGS]
     sweep = [GemmConfig(*c) for c in SWEEP_CONFIGS]
     quant = [f"flexq::flexq_quantize_pack<{b}, {t}>" for b, t in ((6, 8), (8, 8), (6, 16))]
@@ -267,12 +282,12 @@ def quantize_pack(x, *, bits: int, tile: int, rows_pad: int | None = None,
         raise ValueError(f"flexq: rows_pad {rp} must be >= {rows} and a multiple of {tile}")
     words = bits * tile // 8
     if into is not None:
-        if (into.planes.shape != (rp // tile, g, 32, words) or into.scales.shape != (g, rp)
+        if (into.planes.shape != planes_shape(rp // tile, g, words) or into.scales.shape != (g, rp)
                 or into.bits != bits or into.tile != tile):
             raise ValueError("flexq: 'into' planes do not match this input")
         planes, scales = into.planes, into.scales
     else:
-        planes = cp.empty((rp // tile, g, 32, words), dtype=cp.uint32)
+        planes = cp.empty(planes_shape(rp // tile, g, words), dtype=cp.uint32)
         scales = cp.empty((g, rp), dtype=cp.float16)
     if flag is None:
         flag = cp.zeros(1, dtype=cp.int32)
@@ -359,7 +374,7 @@ class FlexQLinear:
         buf = self._acts.get((rp, bits))
         if buf is None:
             buf = self._acts[(rp, bits)] = GpuPlanes(
-                cp.empty((rp // ACT_TILE, self.groups, 32, bits), dtype=cp.uint32),
+                cp.empty(planes_shape(rp // ACT_TILE, self.groups, bits), dtype=cp.uint32),
                 cp.empty((self.groups, rp), dtype=cp.float16), x.shape[0], self.k, bits, ACT_TILE)
         # The returned planes live in a buffer this layer reuses on its next call.
         return quantize_pack(x, bits=bits, tile=ACT_TILE, rows_pad=rp, check_finite=check_finite,

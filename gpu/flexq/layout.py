@@ -7,16 +7,19 @@ Packed planes
 A matrix of signed ``bits``-wide integers ``q`` (rows x K, K a multiple of the group
 size 128) is stored as 32-bit words, one 128-element group of one tile of ``R`` rows
 (``R`` = 16 for weights, the A operand of ``mma.m16n8k256``; ``R`` = 8 for activations, its
-B operand) at a time::
+B operand) at a time. Each lane of a warp needs ``W = bits*R/8`` words per group; they
+are stored lane-interleaved in vectors of ``V`` words (``V`` = 4, one 16-byte load, where
+``W`` is a multiple of 4, else 2)::
 
-    planes[tile, group, lane, w]      uint32, shape (ceil(rows/R), K/128, 32, bits*R/8)
+    planes[tile, group, w // V, lane, w % V]   uint32, shape (ceil(rows/R), K/128, W/V, 32, V)
     lane = 4*g + c                    g = row % 8 inside the 8-row half h, c = 32-bit chunk
     w    = plane*(R/8) + h            plane s of the two's-complement pattern (0 = LSB)
     bit j of the word = plane s of q[tile*R + 8*h + g, group*128 + 32*c + j]
 
-so the thread ``lane`` of a warp finds every fragment word it needs for one group in one
-contiguous run of ``bits*R/8`` words (48 bytes for INT6 weights: three 16-byte loads), and
-a warp's loads for one (tile, group) cover one contiguous block. For ``mma.m16n8k256`` the
+so the warp's v-th vector load for one (tile, group) reads one contiguous run of
+``32*V`` words (INT6 weights: three 512-byte runs) and every sector it touches is used
+whole. (Lane-major words, ``[tile, group, lane, w]``, put the lanes 48 bytes apart and
+left every 32-byte sector of a load instruction half used.) For ``mma.m16n8k256`` the
 A fragment {a0, a1, a2, a3} is {row g, row g+8} of plane s (K half 0) and of plane s'
 (K half 1); the B fragment {b0, b1} is token g of plane t and plane t'. Pairing two planes
 in the two K halves of one 256-wide MMA sums two plane-pair popcounts, which is right when
@@ -36,6 +39,7 @@ from mactile.golden.intgroup import IntGroup, bitplanes, plane_weights
 
 __all__ = [
     "GROUP", "WEIGHT_TILE", "ACT_TILE", "PackedPlanes", "pack_planes", "unpack_planes",
+    "vector_words", "plane_word", "planes_shape", "interleave_lanes", "lane_major",
     "pack_quantized", "PlaneStep", "plane_schedule", "evaluate_schedule",
     "emulate_gemm_int",
 ]
@@ -48,12 +52,48 @@ ACT_TILE = 8
 _CHUNK = 32  # bits per word
 
 
+def vector_words(words: int) -> int:
+    """Words per lane in one vector load of the lane-interleaved layout: 4 (16 bytes) where
+    ``words`` (per lane and group) is a multiple of 4, else 2 (8 bytes)."""
+    if words % 2:
+        raise ValueError(f"flexq: {words} plane words per lane are not a whole number of pairs")
+    return 4 if words % 4 == 0 else 2
+
+
+def plane_word(lane, w, words: int):
+    """Offset of lane ``lane``'s word ``w`` inside one (tile, group) block of ``32 * words``
+    words: ``((w // V) * 32 + lane) * V + w % V`` (``plane_word`` in flexq.cu)."""
+    v = vector_words(words)
+    return ((np.asarray(w) // v) * 32 + np.asarray(lane)) * v + np.asarray(w) % v
+
+
+def planes_shape(tiles: int, groups: int, words: int) -> tuple[int, int, int, int, int]:
+    """Shape of the packed planes: ``(tiles, groups, words // V, 32, V)``."""
+    v = vector_words(words)
+    return (tiles, groups, words // v, 32, v)
+
+
+def interleave_lanes(lane_major: np.ndarray) -> np.ndarray:
+    """``[tile, group, lane, w]`` words -> the kernels' ``[tile, group, w // V, lane, w % V]``."""
+    t, g, lanes, w = lane_major.shape
+    v = vector_words(w)
+    return np.ascontiguousarray(lane_major.reshape(t, g, lanes, w // v, v).transpose(0, 1, 3, 2, 4))
+
+
+def lane_major(planes: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`interleave_lanes`: ``[tile, group, lane, w]`` (w = plane*(R/8) + h)."""
+    t, g, nv, lanes, v = planes.shape
+    return planes.transpose(0, 1, 3, 2, 4).reshape(t, g, lanes, nv * v)
+
+
 @dataclass(frozen=True)
 class PackedPlanes:
     """Bit planes of a group-quantized integer matrix in the kernels' layout.
 
-    ``planes``: uint32 ``(tiles, groups, 32, bits*R/8)``; ``scales``: uint16 FP16 patterns
-    ``(groups, tiles*R)``; ``rows``, ``k``: the logical shape; ``bits``; ``tile``: R.
+    ``planes``: uint32 ``(tiles, groups, W/V, 32, V)`` (lane-interleaved, see the module
+    docstring; :func:`lane_major` gives ``[tile, group, lane, w]``); ``scales``: uint16
+    FP16 patterns ``(groups, tiles*R)``; ``rows``, ``k``: the logical shape; ``bits``;
+    ``tile``: R.
     """
 
     planes: np.ndarray
@@ -113,14 +153,15 @@ def pack_planes(q, scales, *, bits: int, tile: int) -> PackedPlanes:
     words = words.transpose(1, 4, 3, 5, 0, 2).reshape(tiles, g, 32, bits * halves)
     sp = np.zeros((g, tiles * tile), dtype=np.uint16)
     sp[:, :rows] = s.T
-    return PackedPlanes(np.ascontiguousarray(words.astype(np.uint32)), sp, rows, k, bits, tile)
+    return PackedPlanes(interleave_lanes(words.astype(np.uint32)), sp, rows, k, bits, tile)
 
 
 def unpack_planes(p: PackedPlanes) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of :func:`pack_planes`: ``(q int64 (rows, K), scales uint16 (rows, K/128))``."""
     tiles, g = p.planes.shape[:2]
     halves = p.tile // 8
-    w = np.asarray(p.planes, dtype="<u4").reshape(tiles, g, 8, GROUP // _CHUNK, p.bits, halves)
+    w = np.asarray(lane_major(p.planes), dtype="<u4").reshape(tiles, g, 8, GROUP // _CHUNK,
+                                                             p.bits, halves)
     w = w.transpose(4, 0, 5, 2, 1, 3)  # (plane, tile, h, g, group, chunk)
     bits = np.unpackbits(np.ascontiguousarray(w).view(np.uint8).reshape(w.shape + (4,)),
                          axis=-1, bitorder="little")
@@ -210,8 +251,12 @@ def emulate_gemm_int(wp: PackedPlanes, xp: PackedPlanes) -> np.ndarray:
     lanes = np.arange(32)
     gid, tig = lanes // 4, lanes % 4
     # A fragment words per plane: [tile, group, lane, plane, h]; B: [tile, group, lane, plane]
-    a = wp.planes.reshape(wp.planes.shape[0], g, 32, wp.bits, 2)
-    b = xp.planes.reshape(xp.planes.shape[0], g, 32, xp.bits)
+    # gather each lane's words at the offsets the kernels compute (plane_word)
+    def per_lane(p):
+        blocks = p.planes.reshape(p.planes.shape[0], g, 32 * p.words)
+        return blocks[:, :, plane_word(lanes[:, None], np.arange(p.words)[None, :], p.words)]
+    a = per_lane(wp).reshape(wp.planes.shape[0], g, 32, wp.bits, 2)
+    b = per_lane(xp).reshape(xp.planes.shape[0], g, 32, xp.bits)
 
     def popc(v):
         return np.unpackbits(np.ascontiguousarray(v.astype("<u4")).view(np.uint8)

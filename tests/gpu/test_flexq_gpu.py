@@ -42,9 +42,12 @@ def _layer(cp, rng, n, k, singles="k128"):
     return FlexQLinear(qw, singles=singles), qw
 
 
-from mactile.gpu.flexq.kernels import TEST_CONFIGS
+from mactile.gpu.flexq.kernels import SMALL_M_CONFIG, SMALL_M_NARROW_CONFIG, TEST_CONFIGS
 
-CONFIGS = [None, *TEST_CONFIGS]
+# None: choose_config (on these small layers the narrow M <= 8 shape); both M <= 8 defaults
+# named, so each is tested whatever the rule picks
+_SMALL = [(c.mt, c.rt, c.wr, c.wk, c.u) for c in (SMALL_M_CONFIG, SMALL_M_NARROW_CONFIG)]
+CONFIGS = [None, *_SMALL, *TEST_CONFIGS]
 
 
 @pytest.mark.parametrize("ba", [6, 8])

@@ -8,7 +8,8 @@ from mactile.golden import IntGroup, bitplane_matmul
 from mactile.golden.block import InputError
 from mactile.gpu.flexq.codegen import mma_count, tile_source
 from mactile.gpu.flexq.layout import (PlaneStep, emulate_gemm_int, evaluate_schedule,
-                                      pack_planes, pack_quantized, plane_schedule,
+                                      interleave_lanes, lane_major, pack_planes,
+                                      pack_quantized, plane_schedule, plane_word,
                                       unpack_planes)
 
 
@@ -22,21 +23,32 @@ def test_pack_roundtrip(rng, rows, tile, bits):
     x = rng.standard_normal((rows, 384)).astype(np.float32)
     q = IntGroup(bits=bits).quantize(x)
     p = pack_quantized(q, tile=tile)
-    assert p.planes.shape == (-(-rows // tile), 3, 32, bits * tile // 8)
+    words = bits * tile // 8
+    v = 4 if words % 4 == 0 else 2
+    assert p.planes.shape == (-(-rows // tile), 3, words // v, 32, v)
+    assert np.array_equal(interleave_lanes(lane_major(p.planes)), p.planes)
     ints, scales = unpack_planes(p)
     assert np.array_equal(ints, IntGroup(bits=bits).integers(q).reshape(rows, 384))
     assert np.array_equal(scales, q.scales)
     assert not p.scales[:, rows:].any()  # padded rows carry zero scales
 
 
-def test_pack_word_bits(rng):
-    """One named bit: plane s of q[row, k] is bit (k % 32) of word (plane, h) of lane 4g + c."""
-    q = rng.integers(-32, 32, size=(16, 128))
-    p = pack_planes(q, np.ones((16, 1), np.uint16), bits=6, tile=16)
-    for row, k, s in [(0, 0, 0), (9, 77, 5), (15, 127, 3), (7, 32, 1)]:
-        h, g, c, j = row // 8, row % 8, k // 32, k % 32
-        word = int(p.planes[0, 0, 4 * g + c, 2 * s + h])
-        assert (word >> j) & 1 == ((int(q[row, k]) & 63) >> s) & 1
+@pytest.mark.parametrize("tile,bits", [(16, 6), (8, 6), (8, 8)])
+def test_pack_word_bits(rng, tile, bits):
+    """Named bits: plane s of q[row, k] is bit (k % 32) of word w = s*(R/8) + h of lane
+    4g + c, stored lane-interleaved at ((w // V) * 32 + lane) * V + w % V of its block."""
+    words, v = bits * tile // 8, (4 if bits * tile // 8 % 4 == 0 else 2)
+    lim = 1 << (bits - 1)
+    q = rng.integers(-lim, lim, size=(tile, 256))
+    p = pack_planes(q, np.ones((tile, 2), np.uint16), bits=bits, tile=tile)
+    block = p.planes.reshape(1, 2, 32 * words)
+    for row, k, s in [(0, 0, 0), (tile - 7, 77, bits - 1), (tile - 1, 255, 3), (7, 160, 1)]:
+        h, g, c, j = row // 8, row % 8, (k % 128) // 32, k % 32
+        lane, w = 4 * g + c, s * (tile // 8) + h
+        off = ((w // v) * 32 + lane) * v + w % v
+        assert off == plane_word(lane, w, words)
+        word = int(block[0, k // 128, off])
+        assert (word >> j) & 1 == ((int(q[row, k]) & (2 * lim - 1)) >> s) & 1
 
 
 def test_pack_errors():
@@ -148,3 +160,14 @@ def test_emulated_kernel_layout_matches_golden(rng, m, n, ba):
     for g in range(2):
         sl = slice(128 * g, 128 * g + 128)
         assert np.array_equal(got[:, :, g], bitplane_matmul(ix[:, sl], iw[:, sl], ba, 6))
+
+
+def test_choose_config_small_m_rule():
+    """M <= 8: 32-row blocks unless that grid has no more blocks than SMs (then 16 rows)."""
+    from mactile.gpu.flexq.kernels import SMALL_M_CONFIG, SMALL_M_NARROW_CONFIG, choose_config
+    assert choose_config(1, 4096, 32, sms=132) == SMALL_M_NARROW_CONFIG   # 128 blocks
+    assert choose_config(8, 4096, 112, sms=132) == SMALL_M_NARROW_CONFIG  # K does not count
+    assert choose_config(1, 4224, 32, sms=132) == SMALL_M_NARROW_CONFIG   # 264 tiles: 132 blocks
+    assert choose_config(1, 4225, 32, sms=132) == SMALL_M_CONFIG          # 265 tiles: 133 blocks
+    assert choose_config(4, 6144, 32, sms=132) == SMALL_M_CONFIG          # 192 blocks
+    assert choose_config(9, 4096, 32, sms=132).mt == 2
