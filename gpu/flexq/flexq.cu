@@ -257,11 +257,12 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
       if (g0 + u * WK < G) load_w(wf, swf, u, g0 + u * WK);
   };
   // PEEL: the first step's weights are requested before griddepcontrol.wait (below) and
-  // every step loads all its weights before its activations. Measured against the plain
-  // loop (wait first, each group's weights just before its activations) on the H100, one
-  // process, nine layers (2026-11-27): M <= 8 (MT = 1) 0-13% faster, M = 16 4-9% faster,
-  // M = 64 0-9% faster; M = 32 (MT = 4) up to 10% faster on seven layers but 32-45% slower
-  // on the two with N = 4096 (ptxas gives it 127 instead of 166 registers), so MT = 4 keeps
+  // every step loads all its weights before its activations. Against the plain loop (wait
+  // first, each group's weights just before its activations), one process on the H100
+  // (benchmarks/flexq_ab.py, docs/results/gpu_flexq_peel_ab_h100.json): the plain loop
+  // takes 6.9% / 8.2% / 2.5% more time at M = 1 / 16 / 64 (geomeans over nine layers); at
+  // M = 32 (MT = 4) peeling is up to 9% faster on seven layers but takes 30-45% more time on
+  // the two with N = 4096 (ptxas gives it 127 instead of 166 registers), so MT = 4 keeps
   // the plain loop.
   constexpr bool PEEL = MT != 4;
   // Programmatic dependent launch: the activation planes come from the quantize launch,
