@@ -38,8 +38,8 @@ template <int P, int Q> struct FlexqTile;  // specialised by the generated sched
 // Lane-interleaved plane words (gpu/flexq/layout.py): one (tile, group) block holds
 // 32 * WORDS words; lane L's word w sits at ((w / V) * 32 + L) * V + w % V, V = 4 words
 // (one 16-byte load) where WORDS is a multiple of 4, else 2 (8 bytes). A warp's v-th vector
-// load then reads one contiguous 512- or 256-byte run (lanes 48 bytes apart, as before,
-// left every sector half used per load instruction).
+// load then reads one contiguous 512- or 256-byte run. (Lane-major words put the lanes 48
+// bytes apart: every load instruction used half of each sector it touched.)
 template <int WORDS>
 __device__ __forceinline__ constexpr int plane_vec() {
   static_assert(WORDS % 2 == 0, "plane words per lane come in pairs");
@@ -138,9 +138,10 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
 // Split-K partial sums meet in shared memory; the block writes Y[tok, row] coalesced.
 // W6A6 blocks of 512 threads with one group in flight (the M <= 8 default) ask for two
 // blocks per SM, i.e. at most 64 registers: they stream weights and want the warps
-// resident. Without the bound ptxas takes 71 and one block fits; with it, W6A8 (two more
-// activation words per lane) and U = 2 would spill, so those get none. A minimum of 0
-// emits no .minnctapersm (1 would let ptxas take up to 255 registers: +50 on M >= 16).
+// resident. (ptxas takes 64 for this loop anyway; an earlier form of it took 71 without
+// the bound, one block per SM.) W6A8 (two more activation words per lane) and U = 2 spill
+// under it, so those get none: a minimum of 0 emits no .minnctapersm (1 would let ptxas
+// take up to 255 registers: +50 on M >= 16).
 template <int P, int Q, int MT, int RT, int WR, int WK, int U, int OUT>
 __global__ void __launch_bounds__(WR * WK * 32, (WR * WK == 16 && Q == 6 && U == 1) ? 2 : 0)
 flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
