@@ -4,7 +4,13 @@
 (nvfp4 weights, random data, rotated over >= 4x L2, CUDA-graph replay, PDL):
 
 * ``quant_only``: :func:`~mactile.gpu.w4a4.quantize_activation` alone (with its FP16 values),
-* ``quant+gemv``: ``linear_w4a4(kernel="gemv")``, the quantizer and ReSET's CUDA-core GEMV,
+* ``gemv_only``: :func:`~mactile.gpu.w4a4.gemv_w4a4` alone on quantized activations (at
+  M = 1 the row-streaming kernel),
+* ``quant+gemv``: ``linear_w4a4(kernel="gemv")``, the quantizer and ReSET's CUDA-core GEMV
+  (at M = 1 the row-streaming kernel, at M = 8 the staged one),
+* ``quant+staged``: the quantizer and the staged GEMV (``w4a4_gemv``) with, at M = 1, its
+  former launch rule (tile-aligned stripes: three 3-stage CTAs per SM where the row tiles
+  are at least the SMs, else two 5-stage ones): the kernel the row-streaming one replaced,
 * ``quant+engine``: ``linear_w4a4(kernel="engine")``, the quantizer and the GEMM engine,
 * ``engine_w4a16``: the engine on FP16 activations (the same weights, no quantization),
 
@@ -20,13 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-PATHS = ("engine_w4a16", "quant_only", "quant+gemv", "quant+engine")
+PATHS = ("engine_w4a16", "quant_only", "gemv_only", "quant+gemv", "quant+staged", "quant+engine")
 
 
 def report(data: dict) -> str:
     """Markdown of a run: per shape and M the times, the default path and its fraction of
     the read peak; geomeans of the fractions."""
     recs = data["records"]
+    paths = [p for p in PATHS if any(r["path"] == p for r in recs)]  # earlier runs had fewer
     gm = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))  # noqa: E731
     out = [f"# ReSET W4A4 paths ({data['device']['name']}, {data['date']})", "",
            "Microseconds per layer (CUDA-graph replay, PDL, weights rotated past the L2); "
@@ -37,18 +44,18 @@ def report(data: dict) -> str:
         for r in recs:
             if r["M"] == M:
                 by.setdefault((r["K"], r["N"]), {})[r["path"]] = r
-        out += [f"## M = {M}", "", "| K x N | " + " | ".join(PATHS) + " | default | of read peak |",
-                "|---|" + "---:|" * (len(PATHS) + 2)]
-        fr = {p: [] for p in PATHS + ("default",)}
+        out += [f"## M = {M}", "", "| K x N | " + " | ".join(paths) + " | default | of read peak |",
+                "|---|" + "---:|" * (len(paths) + 2)]
+        fr = {p: [] for p in paths + ["default"]}
         for (K, N), p in sorted(by.items()):
             d = "quant+" + p["quant+gemv"]["default_kernel"]
             fr["default"].append(p[d]["fraction_of_read_peak"])
-            for name in PATHS:
+            for name in paths:
                 fr[name].append(p[name]["fraction_of_read_peak"])
-            out.append(f"| {K}x{N} | " + " | ".join(f"{p[n]['time_us']:.2f}" for n in PATHS)
+            out.append(f"| {K}x{N} | " + " | ".join(f"{p[n]['time_us']:.2f}" for n in paths)
                        + f" | {d} | {100 * p[d]['fraction_of_read_peak']:.0f}% |")
         out.append("| geomean of read peak | " + " | ".join(
-            "" if n == "quant_only" else f"{100 * gm(fr[n]):.0f}%" for n in PATHS)
+            "" if n == "quant_only" else f"{100 * gm(fr[n]):.0f}%" for n in paths)
             + f" | | {100 * gm(fr['default']):.0f}% |")
         out.append("")
     return "\n".join(out)
@@ -62,9 +69,12 @@ def run(out: Path) -> dict:
     from mactile.gpu.bench.harness import streaming_read_peak, time_launches
     from mactile.gpu.engine import gemm_fp4
     from mactile.gpu.runtime import device_info
-    from mactile.gpu.w4a4 import linear_w4a4, quantize_activation, w4a4_kernel
+    from mactile.gpu.runtime import sm_count
+    from mactile.gpu.w4a16 import cc_units
+    from mactile.gpu.w4a4 import gemv_w4a4, linear_w4a4, quantize_activation, tile_aligned_ctas, w4a4_kernel
 
     info = device_info()
+    sms = sm_count()
     rng = np.random.default_rng(3)
     recs = []
     for _model, _layer, K, N in SHAPES:
@@ -75,7 +85,20 @@ def run(out: Path) -> dict:
             xs = [cp.asarray((rng.standard_normal((M, K)) * .5).astype(np.float16)) for _ in range(n)]
             acts = [quantize_activation(xs[i], sync=True, dequant=True) for i in range(n)]
             ys = [cp.empty((M, N), cp.float16) for _ in range(n)]
+            RT, KU, _ = cc_units(sets[0])
+            if M == 1:  # the staged kernel's former M = 1 rule
+                C, S = ((tile_aligned_ctas(RT, KU, 3 * sms), 3) if RT >= sms
+                        else (tile_aligned_ctas(RT, KU, 2 * sms), 5))
+            else:
+                C, S = None, None
+
+            def staged(i, C=C, S=S):
+                quantize_activation(xs[i], out=acts[i], pdl=True)
+                gemv_w4a4(acts[i], sets[i], out=ys[i], n_ctas=C, stages=S, pdl=True)
+
             fns = {"engine_w4a16": lambda i: gemm_fp4(xs[i], sets[i], out=ys[i], pdl=True),
+                   "gemv_only": lambda i: gemv_w4a4(acts[i], sets[i], out=ys[i]),
+                   "quant+staged": staged,
                    "quant_only": lambda i: quantize_activation(xs[i], out=acts[i], pdl=True, dequant=True),
                    "quant+gemv": lambda i: linear_w4a4(xs[i], sets[i], act=acts[i], out=ys[i], kernel="gemv"),
                    "quant+engine": lambda i: linear_w4a4(xs[i], sets[i], act=acts[i], out=ys[i], kernel="engine")}

@@ -18,11 +18,12 @@ __all__ = ["FAMILIES", "full_source", "source_key", "kernel", "default_instances
 FAMILIES = {
     "w4a16_cc": "mt::w4a16_cc<{F}, {MT}, {S}>",
     "w4a4_gemv": "mt::w4a4_gemv<{MT}, {S}>",
+    "w4a4_gemv_rows": "mt::w4a4_gemv_rows<{MT}, {NW}>",
     "nvfp4_quantize_act": "nvfp4_quantize_act",  # extern "C", global namespace
     "nvfp4_quantize_act_solo": "nvfp4_quantize_act_solo",  # extern "C", global namespace
     "reset_temperature_step": "mt::reset_temperature_step<{CL}, {R}>",
 }
-_ARGS = {"w4a16_cc": ("F", "MT", "S"), "w4a4_gemv": ("MT", "S"),
+_ARGS = {"w4a16_cc": ("F", "MT", "S"), "w4a4_gemv": ("MT", "S"), "w4a4_gemv_rows": ("MT", "NW"),
          "nvfp4_quantize_act": (), "nvfp4_quantize_act_solo": (), "reset_temperature_step": ("CL", "R")}
 _FILES = ("w4a16_cc.cu", "w4a4.cu", "reset_temperature.cu")
 
@@ -70,7 +71,7 @@ def _kernel(family: str, **targs):
 def default_instances() -> list[tuple[str, dict]]:
     """Every instantiation the Python wrappers and the benchmark use."""
     from .w4a16 import CC_STAGES
-    from .w4a4 import W4A4_M1_STAGES, w4a4_stages
+    from .w4a4 import ROWS_MT, ROWS_NW, w4a4_stages
     from .temperature import CLUSTERS, R_CHOICES
 
     out = []
@@ -79,9 +80,10 @@ def default_instances() -> list[tuple[str, dict]]:
             out.append(("w4a16_cc", {"F": F, "MT": MT, "S": CC_STAGES}))
     for MT in (1, 2, 4, 8):
         out.append(("w4a4_gemv", {"MT": MT, "S": w4a4_stages(MT)}))
-    for S in W4A4_M1_STAGES:
-        if S != w4a4_stages(1):
-            out.append(("w4a4_gemv", {"MT": 1, "S": S}))
+    out.append(("w4a4_gemv", {"MT": 1, "S": 5}))  # the staged M = 1 trials (benchmarks/gemv_trial.py)
+    for MT in ROWS_MT:
+        for NW in ROWS_NW:
+            out.append(("w4a4_gemv_rows", {"MT": MT, "NW": NW}))
     out.append(("nvfp4_quantize_act", {}))
     out.append(("nvfp4_quantize_act_solo", {}))
     for CL in CLUSTERS:

@@ -4,7 +4,8 @@
 ``mactile.golden.NVFP4().quantize(x)`` does (same FP32 op order; tensor scale over the
 whole ``x``) in one launch of eight CTAs (one cluster; plain CTAs for small ``x``);
 :func:`gemv_w4a4` multiplies NVFP4 activations with NVFP4 weights (rowmajor layout) for
-M = 1..8 on the CUDA cores (ReSET's GEMV); :func:`linear_w4a4` does both, with programmatic dependent launch where the driver
+M = 1..8 on the CUDA cores (ReSET's GEMV; at M = 1 the row-streaming form
+:func:`gemv_w4a4_rows`); :func:`linear_w4a4` does both, with programmatic dependent launch where the driver
 allows it: the GEMV starts while the quantizer runs and streams its first weight stages
 before it waits for the activations. ``linear_w4a4`` can instead run the product on the
 tensor-core GEMM engine (``kernel="engine"``, the default where :func:`w4a4_kernel` says
@@ -25,9 +26,9 @@ from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
 from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
 
-__all__ = ["quantize_activation", "gemv_w4a4", "gemm_w4a4_engine", "linear_w4a4", "w4a4_kernel", "W4A4_KERNELS",
-           "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M", "w4a4_smem", "tile_aligned_ctas", "w4a4_m1_launch",
-           "W4A4_M1_STAGES", "QA_SOLO_MAX_ELEMENTS", "W4A4_GEMV_MIN_FILL"]
+__all__ = ["quantize_activation", "gemv_w4a4", "gemv_w4a4_rows", "rows_launch", "ROWS_MT", "ROWS_NW", "gemm_w4a4_engine", "linear_w4a4", "w4a4_kernel", "W4A4_KERNELS",
+           "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M", "w4a4_smem", "tile_aligned_ctas",
+           "QA_SOLO_MAX_ELEMENTS"]
 
 W4A4_MAX_M = 8
 
@@ -35,21 +36,6 @@ W4A4_MAX_M = 8
 def w4a4_stages(MT: int) -> int:
     """Pipeline stages: 3 for M = 1 (three CTAs per SM fit), else 4."""
     return 3 if MT == 1 else 4
-
-
-#: Pipeline depths of the M = 1 launch rule (:func:`w4a4_m1_launch`), for prebuilding.
-W4A4_M1_STAGES = (3, 5)
-
-
-def w4a4_m1_launch(RT: int, KU: int, sms: int) -> tuple[int, int]:
-    """(CTAs, stages) of the M = 1 GEMV (third pass, measured in docs/results/gemv_trial_h100.*):
-    tile-aligned stripes (:func:`tile_aligned_ctas`); with at least one row tile per SM three
-    3-stage CTAs per SM, each taking whole tiles (no cross-CTA reduction), else two 5-stage
-    CTAs per SM (4 units = 75 KB of weights in flight each) splitting every tile's K range
-    equally. Trial, 9 shapes: 0.83-1.01x the time of the previous default (geomean 0.92)."""
-    if RT >= sms:
-        return tile_aligned_ctas(RT, KU, 3 * sms), 3
-    return tile_aligned_ctas(RT, KU, 2 * sms), 5
 
 
 def w4a4_ctas_per_sm(MT: int) -> int:
@@ -130,26 +116,30 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
               pdl: bool = False):
     """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation).
 
-    ``n_ctas``: CTAs (stripes); ``stages``: cp.async pipeline depth. Defaults: for M = 1
-    :func:`w4a4_m1_launch`, else RaZeR's limited-SM rule and :func:`w4a4_stages`.
-    ``pdl``: programmatic dependent launch (the first weight stages are requested before
-    the kernel waits for the previous kernel, e.g. :func:`quantize_activation`)."""
+    At M = 1 without ``n_ctas`` or ``stages`` this is :func:`gemv_w4a4_rows` (weights
+    streamed into registers, whole rows per CTA: with the quantizer 0.69-0.99x the time of
+    the staged kernel on eight of nine layers, 1.02x on 4096x28672, H100; docs/gpu.md
+    "ReSET W4A4"). Otherwise ReSET's staged
+    kernel (``w4a4_gemv``: cp.async stages of 64-row x 512-k units, stripes of units per
+    CTA, partial tiles reduced across CTAs): ``n_ctas`` CTAs (stripes), ``stages`` pipeline
+    depth, defaults RaZeR's limited-SM rule and :func:`w4a4_stages`.
+    ``pdl``: programmatic dependent launch (the first weights are requested before the
+    kernel waits for the previous kernel, e.g. :func:`quantize_activation`)."""
     if pw.fmt.name != "nvfp4":
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
         raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
     if not 1 <= a.M <= W4A4_MAX_M:
         raise ValueError(f"the W4A4 GEMV handles M = 1..{W4A4_MAX_M} (ReSET's small-M regime), got M = {a.M}")
+    if a.M == 1 and n_ctas is None and stages is None:
+        return gemv_w4a4_rows(a, pw, out=out, out_dtype=out_dtype, sync=sync, pdl=pdl)
     lay = _on_device(pw, "rowmajor")
     M = a.M
     MT = 1 if M == 1 else 2 if M == 2 else 4 if M <= 4 else 8
     y, f32 = _out(out, M, pw.N, out_dtype)
     RT, KU, U = cc_units(pw)
-    if MT == 1 and n_ctas is None and stages is None:
-        C, S = w4a4_m1_launch(RT, KU, sm_count())
-    else:
-        C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
-        S = w4a4_stages(MT) if stages is None else int(stages)
+    C = n_ctas if n_ctas is not None else default_ctas(U, w4a4_ctas_per_sm(MT), min_units=6)
+    S = w4a4_stages(MT) if stages is None else int(stages)
     C = int(max(1, min(C, U)))
     if S < 2:
         raise ValueError(f"stages must be >= 2, got {S}")
@@ -169,25 +159,72 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     return y
 
 
+#: Token counts and warps per CTA of ``w4a4_gemv_rows`` (prebuilt; 16 warps per SM either way).
+ROWS_MT = (1,)
+ROWS_NW = (16, 8)
+_RS_SMEM_MAX = 96 * 1024
+
+
+def rows_launch(n_rg: int, sms: int, nw: int = 16) -> int:
+    """CTAs of ``w4a4_gemv_rows``: one wave (``16 // nw`` CTAs per SM), each owning whole
+    row groups of 8 rows (at most one fewer than another CTA), none empty."""
+    return max(1, min(n_rg, sms * (16 // nw)))
+
+
+def gemv_w4a4_rows(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16,
+                   n_ctas: int | None = None, nw: int = 16, sync: bool = False, pdl: bool = False):
+    """NVFP4 x NVFP4 GEMV at M = 1 with the weights streamed into registers (rowmajor layout).
+
+    The same exact block products and FP32 accumulation as :func:`gemv_w4a4`, another order
+    of the FP32 additions. Each CTA owns whole row groups of 8 rows over all of K (no
+    partial sums between CTAs); its ``nw`` warps take (row group, 1024-k chunk) items in
+    turn and keep the next item's 16-byte loads in flight while they compute one.
+    ``n_ctas``: default :func:`rows_launch`. ``pdl``: the first item's weights are
+    requested before the kernel waits for the previous kernel."""
+    if pw.fmt.name != "nvfp4":
+        raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
+    if a.K != pw.K:
+        raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
+    if a.M not in ROWS_MT:
+        raise ValueError(f"w4a4_gemv_rows handles M in {ROWS_MT}, got M = {a.M}")
+    if nw not in ROWS_NW:
+        raise ValueError(f"nw must be one of {ROWS_NW}, got {nw}")
+    lay = _on_device(pw, "rowmajor")
+    M, MT = a.M, a.M
+    y, f32 = _out(out, M, pw.N, out_dtype)
+    n_rg = int(lay["codes"].shape[0]) // 8
+    C = rows_launch(n_rg, sm_count(), nw) if n_ctas is None else int(n_ctas)
+    C = max(1, min(C, n_rg))
+    # each warp's partial sums of the CTA's row groups live in shared memory: enough CTAs
+    # that they fit
+    C = max(C, ceil_div(n_rg * nw * MT * 8 * 4, _RS_SMEM_MAX))
+    rg_max = ceil_div(n_rg, C)
+    smem = nw * MT * rg_max * 8 * 4
+    k = kernel("w4a4_gemv_rows", MT=MT, NW=nw, smem=smem)
+    l0, l1, l2, l3, _ = pw.fmt.lut_args
+    args = (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, np.int32(M), np.int32(pw.N),
+            np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(n_rg), np.int32(rg_max),
+            np.float32(pw.tensor_scale), np.int32(f32), np.uint32(l0), np.uint32(l1), np.uint32(l2), np.uint32(l3))
+    if pdl:
+        _launch.launch(k, (C,), (32 * nw,), args, shared_mem=smem, pdl=True)
+    else:
+        k((C,), (32 * nw,), args, shared_mem=smem)
+    check_launch("w4a4_gemv_rows", sync=sync)
+    return y
+
+
 #: The kernels :func:`linear_w4a4` can run the product on.
 W4A4_KERNELS = ("gemv", "engine")
 
 
-#: At M = 1 ReSET's GEMV is the default where its CTAs fill at least this fraction of its
-#: slots (two CTAs per SM while the row tiles are fewer than the SMs, :func:`w4a4_m1_launch`).
-W4A4_GEMV_MIN_FILL = 0.95
-
-
-def w4a4_kernel(M: int, pw: PackedW4A16, sms: int | None = None) -> str:
+def w4a4_kernel(M: int, pw: PackedW4A16) -> str:
     """The kernel :func:`linear_w4a4` takes by default: the one of the packed layouts
     present, else measured (H100, 2026-11-27, quantizer included, PDL; docs/gpu.md "ReSET
-    W4A4", docs/results/gpu_w4a4_paths_h100.md): the engine at M = 2..8 (8192x8192 M = 8:
-    24.0 against 41.4 us; the GEMV's FP32 work grows with M) and above; at M = 1 ReSET's
-    GEMV (it requests its first weight stages while the quantizer runs: 8192x8192 20.4
-    against 21.8 us) unless its tile-aligned partition leaves SM slots idle (fill below
-    :data:`W4A4_GEMV_MIN_FILL`: 80 row tiles take 3 x 80 of 264 slots, 96 take 2 x 96),
-    where the engine is faster (8192x5120 16.5 against 17.9 us, 4096x6144 12.9 against
-    13.6)."""
+    W4A4", docs/results/gpu_w4a4_paths_h100.md): at M = 1 the GEMV (the row-streaming
+    kernel, :func:`gemv_w4a4_rows`: it requests its first weights while the quantizer runs;
+    faster than the engine on all nine layers, 8192x5120 15.1 against 16.5 us), at
+    M = 2..8 and above the engine (8192x8192 M = 8: 24.0 against 41.4 us for the staged
+    GEMV, whose FP32 work grows with M)."""
     has_gemv, has_tc = "rowmajor" in pw.layouts, "frag" in pw.layouts
     if not (has_gemv or has_tc):
         raise ValueError("the packed weight has neither the rowmajor nor the frag layout")
@@ -195,12 +232,7 @@ def w4a4_kernel(M: int, pw: PackedW4A16, sms: int | None = None) -> str:
         return "gemv"
     if not has_gemv or M != 1:
         return "engine"
-    sms = sm_count() if sms is None else sms
-    RT, KU, _ = cc_units(pw)
-    if RT >= sms:
-        return "gemv"
-    C, _ = w4a4_m1_launch(RT, KU, sms)
-    return "gemv" if C >= W4A4_GEMV_MIN_FILL * 2 * sms else "engine"
+    return "gemv"
 
 
 def gemm_w4a4_engine(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.float16, cfg=None,

@@ -16,6 +16,8 @@
 //    activations 4v as s8, the offset removed with one per-token correction), one FFMA per
 //    block with s_w * s_a / 16. The block dot products are exact; only the FP32
 //    accumulation across blocks rounds.
+// 3. w4a4_gemv_rows (M = 1): the same products with the weights streamed into registers,
+//    each CTA owning whole rows over all of K (below).
 #include "rowmajor_common.cuh"
 #include <cuda_fp8.h>
 
@@ -23,6 +25,7 @@ namespace mt {
 
 constexpr int QA_THREADS = 512;
 constexpr int QA_CTAS = 8;  // the quantizer's CTAs (one cluster, or plain CTAs for small x)
+constexpr int QA_BATCH = 4;  // blocks per thread whose loads the amax pass issues together
 
 // ------------------------------------------------------------------ GEMV
 template <int MT, int STAGES>
@@ -202,6 +205,212 @@ w4a4_gemv(const unsigned char* __restrict__ codes, const unsigned char* __restri
     cp_async_wait<0>();
 }
 
+
+// ------------------------------------------------------------------ row-streaming GEMV
+// w4a4_gemv_rows<MT, NW>: the same products as w4a4_gemv (exact block dot products, one
+// FFMA per block with s_w * s_a / 16, FP32 accumulation), with the weights streamed from
+// global memory into registers instead of through cp.async stages in shared memory:
+// * an item is (row group of 8 rows, chunk of RS_KC = 1024 k); lane l takes blocks 2l and
+//   2l+1 of the chunk: one 16-byte load per row (a warp reads 512 contiguous bytes of the
+//   row) and one 16-byte load of their scales (rowmajor scales [N/8][K/16][8]: the 8 rows of
+//   both blocks);
+// * CTA b owns whole row groups [b * n_rg / C, (b + 1) * n_rg / C) (no partial sums between
+//   CTAs, no workspace); its NW warps take its items round-robin, each keeping the next
+//   item's loads in flight while it computes the current one (two register buffers);
+// * a warp's sum of a row group goes to its own shared slot, and the slots are added in
+//   warp order at the end (deterministic).
+// Measured, not kept (H100, 2026-11-27, docs/gpu.md): the items staged in a shared-memory
+// ring per warp (each lane's own cp.async copies, three slots: two items in flight instead
+// of one) were no faster, so bytes in flight are not what limits this kernel.
+// The first item's weights are requested before griddepcontrol.wait (PDL after the
+// quantizer); activations, their scales and the tensor scale only after it.
+constexpr int RS_KC = 1024;
+
+template <int MT>
+struct RsAct {  // one item's activations of lane l: 32 codes and 2 block scales per token
+    uint4 c[MT];
+    u32 s[MT];
+};
+
+// One item's products of lane l: blocks 2l, 2l+1 of 8 rows (w: 16 bytes of codes per row,
+// s: the rows' E4M3 scales of both blocks) with MT tokens' activations, added to acc.
+template <int MT>
+__device__ __forceinline__ void rs_dot(const uint4 (&w)[8], const uint4& s, const RsAct<MT>& a, const Lut& L,
+                                       float (&acc)[8][MT]) {
+    u32 aw[MT][8];
+    int corr[MT][2];
+    float sa[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const u32 q[4] = {a.c[m].x, a.c[m].y, a.c[m].z, a.c[m].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            u32 lo, hi;
+            lut8(q[j], L.p0, L.p0, L, lo, hi);
+            aw[m][2 * j] = lutbyte_to_s8(lo);
+            aw[m][2 * j + 1] = lutbyte_to_s8(hi);
+        }
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            int cr = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) cr = dp4a_u8s8(0x40404040u, aw[m][4 * b + j], cr);
+            corr[m][b] = cr;
+            sa[m][b] = scale_f32<FID_NVFP4>((a.s[m] >> (8 * b)) & 0xFFu) * (LUT_INV_SCALE * LUT_INV_SCALE);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const u32 q[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+        u32 bw[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) lut8(q[j], L.p0, L.p0, L, bw[2 * j], bw[2 * j + 1]);
+        const float sw0 = scale_f32<FID_NVFP4>(((i < 4 ? s.x : s.y) >> (8 * (i & 3))) & 0xFFu);
+        const float sw1 = scale_f32<FID_NVFP4>(((i < 4 ? s.z : s.w) >> (8 * (i & 3))) & 0xFFu);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            int d0 = dp4a_u8s8(bw[0], aw[m][0], 0);
+            d0 = dp4a_u8s8(bw[1], aw[m][1], d0);
+            d0 = dp4a_u8s8(bw[2], aw[m][2], d0);
+            d0 = dp4a_u8s8(bw[3], aw[m][3], d0);
+            int d1 = dp4a_u8s8(bw[4], aw[m][4], 0);
+            d1 = dp4a_u8s8(bw[5], aw[m][5], d1);
+            d1 = dp4a_u8s8(bw[6], aw[m][6], d1);
+            d1 = dp4a_u8s8(bw[7], aw[m][7], d1);
+            acc[i][m] = fmaf((float)(d0 - corr[m][0]), sw0 * sa[m][0], acc[i][m]);
+            acc[i][m] = fmaf((float)(d1 - corr[m][1]), sw1 * sa[m][1], acc[i][m]);
+        }
+    }
+}
+
+// acc[8][MT] summed over the 32 lanes (7 shuffles for MT = 1); lane L then holds value
+// L >> SH (row i = idx / MT, token m = idx % MT) in v, written by lanes with L % 2^SH == 0.
+template <int MT>
+__device__ __forceinline__ void rs_warp_sum(float (&acc)[8][MT], int lane, float* dst, int ld_m) {
+    constexpr int V = 8 * MT;
+    static_assert(V <= 16, "MT <= 2");
+    float v[V];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) v[i * MT + m] = acc[i][m], acc[i][m] = 0.f;
+    warp_transpose_reduce<V>(v, lane);
+    constexpr int SH = (V == 16) ? 1 : 2;
+    if ((lane & ((1 << SH) - 1)) == 0) {
+        const int idx = lane >> SH, i = idx / MT, m = idx % MT;
+        dst[m * ld_m + i] = v[0];
+    }
+}
+
+template <int MT, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW)  // 16 warps per SM, <= 128 registers
+w4a4_gemv_rows(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
+               const u8* acodes, const u8* ascales, const float* a_ts,  // not __restrict__: PDL
+               void* __restrict__ y, int M, int N, int K_pad, int KA, int n_rg, int rg_max, float w_ts,
+               int out_f32, u32 l0, u32 l1, u32 l2, u32 l3) {
+    extern __shared__ __align__(16) float slots[];  // [NW][MT][rg_max * 8]
+    const Lut L{l0, l1, l2, l3, 0u};
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rg0 = (int)(((long long)blockIdx.x * n_rg) / gridDim.x);
+    const int rg1 = (int)(((long long)(blockIdx.x + 1) * n_rg) / gridDim.x);
+    const int KC = (K_pad + RS_KC - 1) / RS_KC;
+    const unsigned row_bytes = (unsigned)K_pad / 2;
+    const int rstride = rg_max * 8;
+    float* mine = slots + warp * MT * rstride;
+    for (int i = lane; i < MT * rstride; i += 32) mine[i] = 0.f;  // rows this warp never touches
+    __syncwarp();  // the zeros land before any lane's flush writes a slot
+
+    // Items t = warp, warp + NW, ... < T as (row group j of the CTA, chunk c), advanced
+    // without divisions: t -> t + NW adds NW / KC row groups and NW % KC chunks.
+    struct Item {
+        int j, c;
+    };
+    const int dj = NW / KC, dc = NW % KC;
+    auto next = [&](Item it) {
+        it.c += dc;
+        it.j += dj;
+        if (it.c >= KC) { it.c -= KC; ++it.j; }
+        return it;
+    };
+    auto active = [&](int c) { return c * RS_KC + 32 * lane < K_pad; };
+    auto load_w = [&](uint4 (&w)[8], uint4& s, Item it) {
+        if (active(it.c)) {
+            const int rg = rg0 + it.j;
+            const unsigned char* p = codes + (size_t)rg * 8 * row_bytes + (unsigned)it.c * (RS_KC / 2) + 16 * lane;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) w[i] = ldg_stream16(p + (size_t)i * row_bytes);
+            s = ldg_stream16(scales + ((size_t)rg * ((unsigned)K_pad / 16) + (unsigned)it.c * (RS_KC / 16) + 2 * lane) * 8);
+        }
+    };
+    auto load_a = [&](RsAct<MT>& a, Item it) {
+        if (active(it.c)) {
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                if (m < M) {  // L2 (__ldcg): written by the quantizer on another SM
+                    a.c[m] = __ldcg(reinterpret_cast<const uint4*>(acodes + (size_t)m * (unsigned)(KA / 2) +
+                                                                   (unsigned)it.c * (RS_KC / 2) + 16 * lane));
+                    a.s[m] = __ldcg(reinterpret_cast<const unsigned short*>(
+                        ascales + (size_t)m * (unsigned)(KA / 16) + (unsigned)it.c * (RS_KC / 16) + 2 * lane));
+                } else {
+                    a.c[m] = make_uint4(0u, 0u, 0u, 0u);
+                    a.s[m] = 0u;
+                }
+            }
+        }
+    };
+    float acc[8][MT];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[i][m] = 0.f;
+    auto compute = [&](const uint4 (&w)[8], const uint4& s, const RsAct<MT>& a, Item it) {
+        if (active(it.c)) rs_dot<MT>(w, s, a, L, acc);
+    };
+    // A row group's sum (the 32 lanes added) into this warp's slot; acc back to 0.
+    auto flush = [&](Item it) { rs_warp_sum<MT>(acc, lane, mine + it.j * 8, rstride); };
+
+    const int nj = rg1 - rg0;  // items with j < nj exist
+    // Two register buffers: a warp requests the next item's loads, then computes the
+    // current one. Only the first item's weights are requested before griddepcontrol.wait:
+    // requesting two there (the same steady state, the activation loads later) took 6.5%
+    // more time alone and 1% with the quantizer (geomeans over nine layers, one process,
+    // H100, 2026-11-27; docs/gpu.md).
+    uint4 wA[8], wB[8], sA, sB;
+    RsAct<MT> aA, aB;
+    Item t0{warp / KC, warp % KC};
+    if (t0.j < nj) load_w(wA, sA, t0);
+    griddep_wait();
+    const float out_scale = w_ts * __ldcg(a_ts);
+    if (t0.j < nj) load_a(aA, t0);
+    while (t0.j < nj) {
+        const Item t1 = next(t0);
+        if (t1.j < nj) { load_w(wB, sB, t1); load_a(aB, t1); }
+        compute(wA, sA, aA, t0);
+        if (t1.j != t0.j) flush(t0);
+        if (t1.j >= nj) break;
+        const Item t2 = next(t1);
+        if (t2.j < nj) { load_w(wA, sA, t2); load_a(aA, t2); }
+        compute(wB, sB, aB, t1);
+        if (t2.j != t1.j) flush(t1);
+        t0 = t2;
+    }
+    __syncthreads();
+    const int rows = (rg1 - rg0) * 8;
+    for (int i = threadIdx.x; i < MT * rows; i += NW * 32) {
+        const int m = i / rows, r = i % rows;
+        const int row = rg0 * 8 + r;
+        if (m < M && row < N) {
+            float v = 0.f;
+#pragma unroll 4
+            for (int w = 0; w < NW; ++w) v += slots[(w * MT + m) * rstride + r];
+            v *= out_scale;
+            if (out_f32) reinterpret_cast<float*>(y)[(size_t)m * N + row] = v;
+            else reinterpret_cast<__half*>(y)[(size_t)m * N + row] = __float2half_rn(v);
+        }
+    }
+}
+
+
 }  // namespace mt
 
 namespace mt {
@@ -300,14 +509,25 @@ __device__ __forceinline__ void qa_body(const __half* x, int M, int K, int KA, u
     griddep_launch_dependents();
     griddep_wait();
 
-    // phase 1: tensor amax (max is order-independent: exact)
+    // phase 1: tensor amax (max is order-independent: exact). QA_BATCH blocks' loads go out
+    // together: each CTA of the plain form reads all of x, several blocks per thread, and
+    // one L2 round trip per block was most of its time at large K.
     float a = 0.f;
-    for (int b = (CLUSTER ? b0 : 0) + tid; b < (CLUSTER ? b1 : NB); b += QA_THREADS) {
-        if (b % nb_row < nb_real) {
-            uint4 v[2];
-            qa_load_block(x, b / nb_row, K, b % nb_row, v);
-            a = fmaxf(a, qa_block_amax(v));
+    const int bl = CLUSTER ? b0 : 0, bh = CLUSTER ? b1 : NB;
+    for (int b = bl + tid; b < bh; b += QA_BATCH * QA_THREADS) {
+        uint4 v[QA_BATCH][2];
+#pragma unroll
+        for (int j = 0; j < QA_BATCH; ++j) {
+            const int bj = b + j * QA_THREADS;
+            if (bj < bh && bj % nb_row < nb_real) {
+                qa_load_block(x, bj / nb_row, K, bj % nb_row, v[j]);
+            } else {
+                v[j][0] = make_uint4(0u, 0u, 0u, 0u);  // amax 0: no effect
+                v[j][1] = v[j][0];
+            }
         }
+#pragma unroll
+        for (int j = 0; j < QA_BATCH; ++j) a = fmaxf(a, qa_block_amax(v[j]));
     }
 #pragma unroll
     for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));

@@ -192,15 +192,6 @@ def test_tile_aligned_ctas():
             assert (b % KU == 0 and e % KU == 0) or (b // KU == (e - 1) // KU)
 
 
-def test_w4a4_m1_launch():
-    from mactile.gpu.w4a4 import W4A4_M1_STAGES, tile_aligned_ctas, w4a4_m1_launch
-    assert w4a4_m1_launch(128, 16, 132) == (256, 5)  # 8192x8192: each tile in two K halves
-    assert w4a4_m1_launch(448, 8, 132) == (224, 3)   # 4096x28672: two whole tiles per CTA
-    for RT, KU in [(64, 28), (96, 8), (160, 10), (1, 1)]:
-        C, S = w4a4_m1_launch(RT, KU, 132)
-        assert S in W4A4_M1_STAGES and C == tile_aligned_ctas(RT, KU, (3 if RT >= 132 else 2) * 132)
-
-
 def test_non_default_convention_refused(rng):
     """The GPU kernels decode the default (ocp) storage only: other conventions are refused
     by name, never silently packed."""

@@ -21,7 +21,7 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['31b726a7dd2274ba282d',
            '3b18f42a6631a8e3ca84',
-           '55e45529e797c649abd6',
+           '80fa26ca9be3e89ba79c',
            '8b3d290917e813b09479',
            '8ca3b6f1435ef98677e5']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,

@@ -34,11 +34,15 @@ def _pdl_cases():
     from mactile.gpu import build, engine
     from mactile.gpu.flexq import kernels as fk
     from mactile.gpu.nestedfp import kernels as nfp_kernels
+    from mactile.gpu.w4a4 import ROWS_MT, ROWS_NW
     [(fsrc, _)] = fk.prebuilt_jobs()[:1]
     fnames = [fk._gemm_name(q, c, "float16") for q in fk.ACT_BITS
               for c in (fk.SMALL_M_CONFIG, fk.SMALL_M_NARROW_CONFIG)]
     return [("w4a4", build.full_source(), ["mt::w4a4_gemv<1, 3>", "mt::w4a4_gemv<8, 4>", "nvfp4_quantize_act",
                                            "nvfp4_quantize_act_solo"]),
+            ("w4a4_rows", build.full_source(), [build.FAMILIES["w4a4_gemv_rows"].format(MT=MT, NW=NW)
+                                                for MT in ROWS_MT for NW in ROWS_NW]
+             + ["nvfp4_quantize_act", "nvfp4_quantize_act_solo"]),  # extern "C": always in the module
             ("engine", engine.engine_source(), [engine.engine_name("nvfp4", engine.config_for("nvfp4", 1))]),
             ("flexq", fsrc, fnames),
             ("nestedfp", nfp_kernels._source(), ["nfp::nestedfp_quant_e4m3"]),
@@ -54,25 +58,31 @@ def _compile_case(case, **out):
     return names
 
 
-#: Loads a case may issue before the wait (PTX pattern, SASS pattern): FlexQ's GEMM
+#: Loads a case may issue before the wait (PTX pattern, SASS pattern, the kernels they
+#: apply to: a pattern of the mangled name; the case's other kernels load nothing there):
+#: FlexQ's GEMM
 #: requests its first weights and weight scales there (``const __restrict__``, read
 #: through the non-coherent path: 16-byte streaming loads and FP16 scale loads), never its
 #: activations (plain loads: v2/v4 planes without ``L1::no_allocate``, 32-bit scale pairs).
 PREFETCH = {"flexq": (r"ld\.global\.nc\.L1::no_allocate\.v4\.u32|ld\.global\.nc\.u16\b",
-                      r"LDG\.E\.NA\.128\.CONSTANT|LDG\.E\.U16\.CONSTANT")}
+                      r"LDG\.E\.NA\.128\.CONSTANT|LDG\.E\.U16\.CONSTANT", "flexq_gemm"),
+            # the row-streaming W4A4 GEMV: its first item's weight codes and scales (16-byte
+            # streaming loads); activations and the tensor scale are L2 loads (ld.global.cg)
+            "w4a4_rows": (r"ld\.global\.nc\.L1::no_allocate\.v4\.u32", r"LDG\.E\.NA\.128\.CONSTANT",
+                          "w4a4_gemv_rows")}
 
 
-def _assert_no_load_before_wait(bodies, name_of, wait, is_load, n_kernels, prefetch=None):
+def _assert_no_load_before_wait(bodies, name_of, wait, is_load, n_kernels, prefetch=None, prefetchers=None):
     """In every function body that contains ``wait``, no line before it is a load (other
-    than ``prefetch`` matches, which must then be there); and ``n_kernels`` bodies wait
-    (every kernel of the case is PDL-ready)."""
+    than ``prefetch`` matches in the kernels whose name matches ``prefetchers``, which must
+    then be there); and ``n_kernels`` bodies wait (every kernel of the case is PDL-ready)."""
     waited = 0
     for body in bodies:
         if wait not in body:
             continue
         waited += 1
         loads = [ln.strip() for ln in body.split(wait, 1)[0].splitlines() if is_load(ln)]
-        if prefetch is not None:
+        if prefetch is not None and re.search(prefetchers, name_of(body)):
             early = [ln for ln in loads if re.search(prefetch, ln)]
             assert early, f"{name_of(body)}: no weight load before {wait} (the prefetch is gone)"
             loads = [ln for ln in loads if ln not in early]
@@ -81,7 +91,7 @@ def _assert_no_load_before_wait(bodies, name_of, wait, is_load, n_kernels, prefe
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("case", ["w4a4", "engine", "flexq", "nestedfp", "engine_fp8"])
+@pytest.mark.parametrize("case", ["w4a4", "w4a4_rows", "engine", "flexq", "nestedfp", "engine_fp8"])
 def test_no_global_load_before_griddepcontrol_wait(case, tmp_path):
     """Programmatic dependent launch: a kernel may start while the previous one still writes
     its inputs, so no global load may precede ``griddepcontrol.wait`` in the PTX (weights
@@ -94,7 +104,7 @@ def test_no_global_load_before_griddepcontrol_wait(case, tmp_path):
     _assert_no_load_before_wait(re.split(r"^\.(?:visible )?\.entry ", ptx.read_text(), flags=re.M)[1:],
                                 lambda body: body.split("(", 1)[0], "griddepcontrol.wait",
                                 lambda ln: re.match(r"\s*(@%p\d+\s+)?ld\.global", ln), len(names),
-                                PREFETCH.get(case, (None,))[0])
+                                *PREFETCH.get(case, (None, None, None))[::2])
 
 
 def _cuobjdump():
@@ -116,13 +126,13 @@ def _cuobjdump():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or _cuobjdump()[0] is None,
                     reason="needs nvcc and cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-@pytest.mark.parametrize("case", ["w4a4", "engine", "flexq", "nestedfp", "engine_fp8"])
+@pytest.mark.parametrize("case", ["w4a4", "w4a4_rows", "engine", "flexq", "nestedfp", "engine_fp8"])
 def test_sass_no_global_load_before_acqbulk(case, tmp_path):
     """The same rule in the SASS: ptxas moves non-coherent loads (``ld.global.nc``) above
     ``griddepcontrol.wait`` (ACQBULK) even where the PTX has them after it -- the W4A4
     GEMV's ``__ldg`` of the tensor scale did. These kernels bring weights by LDGSTS /
-    bulk copies, so no LDG may come before ACQBULK at all; FlexQ's GEMM only the weight
-    loads of :data:`PREFETCH` (and some must)."""
+    bulk copies, so no LDG may come before ACQBULK at all; FlexQ's GEMM and the
+    row-streaming W4A4 GEMV only the weight loads of :data:`PREFETCH` (and some must)."""
     import os
     import subprocess
     cubin = tmp_path / "k.cubin"
@@ -134,4 +144,4 @@ def test_sass_no_global_load_before_acqbulk(case, tmp_path):
     _assert_no_load_before_wait(re.split(r"^\s*Function : ", sass, flags=re.M)[1:],
                                 lambda body: body.split("\n", 1)[0].strip(), "ACQBULK",
                                 lambda ln: re.search(r"\bLDG\.", ln), len(names),
-                                PREFETCH.get(case, (None, None))[1])
+                                *PREFETCH.get(case, (None, None, None))[1:])

@@ -4,7 +4,7 @@ import pytest
 
 from mactile.gpu.formats import golden_proto, kernel_format
 from mactile.gpu.packing import PackedW4A16
-from mactile.gpu.w4a4 import linear_w4a4, w4a4_kernel
+from mactile.gpu.w4a4 import linear_w4a4, rows_launch, w4a4_kernel
 
 
 def _pw(N, layouts, fmt="nvfp4"):
@@ -15,19 +15,28 @@ BOTH = ("frag", "rowmajor")
 
 
 def test_default_kernel_follows_layouts_then_the_measured_rule():
-    assert w4a4_kernel(1, _pw(4096, ("rowmajor",)), sms=132) == "gemv"
-    assert w4a4_kernel(8, _pw(4096, ("frag",)), sms=132) == "engine"
-    assert w4a4_kernel(2, _pw(28672, BOTH), sms=132) == "engine"
-    assert w4a4_kernel(64, _pw(28672, BOTH), sms=132) == "engine"  # beyond the GEMV's M <= 8
-    # M = 1: the GEMV unless its tile-aligned CTAs leave more than 5% of 2 x 132 slots idle
-    assert w4a4_kernel(1, _pw(28672, BOTH), sms=132) == "gemv"    # 448 row tiles >= 132 SMs
-    assert w4a4_kernel(1, _pw(8448, BOTH), sms=132) == "gemv"     # one row tile per SM
-    assert w4a4_kernel(1, _pw(8192, BOTH), sms=132) == "gemv"     # 128 tiles x 2 = 256 of 264
-    assert w4a4_kernel(1, _pw(4096, BOTH), sms=132) == "gemv"     # 64 x 4 = 256
-    assert w4a4_kernel(1, _pw(5120, BOTH), sms=132) == "engine"   # 80 x 3 = 240 (91%)
-    assert w4a4_kernel(1, _pw(6144, BOTH), sms=132) == "engine"   # 96 x 2 = 192 (73%)
+    assert w4a4_kernel(1, _pw(4096, ("rowmajor",))) == "gemv"
+    assert w4a4_kernel(8, _pw(4096, ("frag",))) == "engine"
+    assert w4a4_kernel(2, _pw(28672, BOTH)) == "engine"
+    assert w4a4_kernel(64, _pw(28672, BOTH)) == "engine"  # beyond the GEMV's M <= 8
+    # M = 1: the row-streaming GEMV on every layer (faster than the engine path on all nine
+    # benchmark layers)
+    for N in (28672, 8448, 8192, 6144, 5120, 4096, 64):
+        assert w4a4_kernel(1, _pw(N, BOTH)) == "gemv"
     with pytest.raises(ValueError, match="neither the rowmajor nor the frag"):
-        w4a4_kernel(1, _pw(64, ()), sms=132)
+        w4a4_kernel(1, _pw(64, ()))
+
+
+def test_rows_launch_one_wave_of_whole_row_groups():
+    """One CTA per SM (16 warps) or two (8 warps), never more CTAs than row groups."""
+    assert rows_launch(1024, 132) == 132
+    assert rows_launch(1024, 132, nw=8) == 264
+    assert rows_launch(19, 132) == 19
+    assert rows_launch(1, 132, nw=8) == 1
+    for n_rg in (1, 7, 132, 133, 3584):
+        C = rows_launch(n_rg, 132)
+        sizes = [(c + 1) * n_rg // C - c * n_rg // C for c in range(C)]
+        assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1  # whole row groups, balanced
 
 
 def test_errors_before_any_launch():

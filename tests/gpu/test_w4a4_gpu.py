@@ -172,6 +172,38 @@ def test_gemv_exact(rng):
         np.testing.assert_array_equal(y.get(), y1_ref.astype(np.float32))
 
 
+@pytest.mark.parametrize("NK", [(150, 1536), (203, 1040), (64, 512), (300, 3584)],
+                         ids=["N150-K1536", "N203-K1040", "N64-K512", "N300-K3584"])
+def test_gemv_rows_exact(NK, rng):
+    """The row-streaming M = 1 GEMV on narrow-range operands (every partial sum exact in
+    FP32) equals the golden product bit for bit: both CTA shapes, CTA counts from one (all
+    row groups in one CTA) to one per row group, partial last chunks (K = 1040: one lane of
+    the second 1024-k chunk; 3584: half a chunk), rows beyond N; the FP16 output is the
+    exact sum rounded once."""
+    cp = cupy()
+    from mactile.gpu.w4a4 import ROWS_NW, gemv_w4a4, gemv_w4a4_rows
+    N, K = NK
+
+    def q(rows):
+        codes = rng.integers(0, 16, (rows, K), dtype=np.uint8)
+        sc = (rng.integers(6, 9, (rows, K // 16)) << 3 | rng.integers(0, 8, (rows, K // 16))).astype(np.uint8)
+        return quantized_from_arrays(NVFP4(), codes, sc, 0.5)
+
+    qa, qw = q(1), q(N)
+    pw = pack_w4a16(qw, layouts=("rowmajor",)).to(cp)
+    a = pack_activation(qa, xp=cp)
+    y_ref, _ = reference(qa.dequantize(), qw.dequantize())
+    n_rg = -(-N // 64) * 8
+    for nw in ROWS_NW:
+        for C in (1, 2, 7, n_rg, None):
+            y = poisoned((1, N), np.float32)
+            gemv_w4a4_rows(a, pw, out=y, n_ctas=C, nw=nw, sync=True)
+            np.testing.assert_array_equal(y.get(), y_ref.astype(np.float32), err_msg=f"nw={nw} C={C}")
+    y16 = poisoned((1, N), np.float16)
+    gemv_w4a4(a, pw, out=y16, sync=True)  # M = 1 default: the row-streaming kernel
+    np.testing.assert_array_equal(y16.get(), y_ref.astype(np.float32).astype(np.float16))
+
+
 @pytest.mark.parametrize("kernel", ["gemv", "engine"])
 @pytest.mark.parametrize("M", [1, 3, 8])
 def test_pdl_chain_reads_previous_layer(M, kernel, rng):
