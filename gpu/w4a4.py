@@ -26,7 +26,8 @@ from .packing import ACT_K_ALIGN, PackedActivation, PackedW4A16
 from .runtime import ceil_div, check_launch, require_cupy, sm_count
 from .w4a16 import Workspace, _out, _on_device, cc_units, check_activation, default_ctas
 
-__all__ = ["quantize_activation", "gemv_w4a4", "gemv_w4a4_rows", "rows_launch", "ROWS_MT", "ROWS_NW", "gemm_w4a4_engine", "linear_w4a4", "w4a4_kernel", "W4A4_KERNELS",
+__all__ = ["quantize_activation", "gemv_w4a4", "gemv_w4a4_rows", "rows_launch", "ROWS_MT", "ROWS_NW",
+           "ROWS_EARLY_TRIGGER_MIN_K", "gemm_w4a4_engine", "linear_w4a4", "w4a4_kernel", "W4A4_KERNELS",
            "w4a4_stages", "w4a4_ctas_per_sm", "W4A4_MAX_M", "w4a4_smem", "tile_aligned_ctas",
            "QA_SOLO_MAX_ELEMENTS"]
 
@@ -117,8 +118,8 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     """NVFP4 x NVFP4 GEMV for M <= 8 (exact block products, FP32 accumulation).
 
     At M = 1 without ``n_ctas`` or ``stages`` this is :func:`gemv_w4a4_rows` (weights
-    streamed into registers, whole rows per CTA: with the quantizer 0.69-0.99x the time of
-    the staged kernel on eight of nine layers, 1.02x on 4096x28672, H100; docs/gpu.md
+    streamed into registers, whole rows per CTA: with the quantizer 0.69-0.96x the time of
+    the staged kernel on eight of nine layers, 1.03x on 4096x28672, H100; docs/gpu.md
     "ReSET W4A4"). Otherwise ReSET's staged
     kernel (``w4a4_gemv``: cp.async stages of 64-row x 512-k units, stripes of units per
     CTA, partial tiles reduced across CTAs): ``n_ctas`` CTAs (stripes), ``stages`` pipeline
@@ -163,6 +164,12 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
 ROWS_MT = (1,)
 ROWS_NW = (16, 8)
 _RS_SMEM_MAX = 96 * 1024
+#: From this K (padded) on, ``w4a4_gemv_rows`` lets the next kernel launch right after it has
+#: requested its first activations (``griddepcontrol.launch_dependents``): in a chain of quantizer and
+#: GEMV the next quantizer's launch then overlaps this GEMV. Same process, H100, 2026-11-27
+#: (docs/gpu.md): 2-5% less time on the four layers with K >= 8192, 0-2% more on those with
+#: K = 5120, 14-15% more on 4096x4096 and 4096x6144.
+ROWS_EARLY_TRIGGER_MIN_K = 8192
 
 
 def rows_launch(n_rg: int, sms: int, nw: int = 16) -> int:
@@ -204,7 +211,8 @@ def gemv_w4a4_rows(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=
     l0, l1, l2, l3, _ = pw.fmt.lut_args
     args = (lay["codes"], lay["scales"], a.codes, a.scales, a.tensor_scale, y, np.int32(M), np.int32(pw.N),
             np.int32(lay["K_pad"]), np.int32(a.KA), np.int32(n_rg), np.int32(rg_max),
-            np.float32(pw.tensor_scale), np.int32(f32), np.uint32(l0), np.uint32(l1), np.uint32(l2), np.uint32(l3))
+            np.float32(pw.tensor_scale), np.int32(f32), np.int32(lay["K_pad"] >= ROWS_EARLY_TRIGGER_MIN_K),
+            np.uint32(l0), np.uint32(l1), np.uint32(l2), np.uint32(l3))
     if pdl:
         _launch.launch(k, (C,), (32 * nw,), args, shared_mem=smem, pdl=True)
     else:
@@ -222,7 +230,7 @@ def w4a4_kernel(M: int, pw: PackedW4A16) -> str:
     present, else measured (H100, 2026-11-27, quantizer included, PDL; docs/gpu.md "ReSET
     W4A4", docs/results/gpu_w4a4_paths_h100.md): at M = 1 the GEMV (the row-streaming
     kernel, :func:`gemv_w4a4_rows`: it requests its first weights while the quantizer runs;
-    faster than the engine on all nine layers, 8192x5120 15.1 against 16.5 us), at
+    faster than the engine on all nine layers, 8192x5120 14.5 against 16.5 us), at
     M = 2..8 and above the engine (8192x8192 M = 8: 24.0 against 41.4 us for the staged
     GEMV, whose FP32 work grows with M)."""
     has_gemv, has_tc = "rowmajor" in pw.layouts, "frag" in pw.layouts

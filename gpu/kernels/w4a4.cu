@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)  // 16 warps per SM, <= 128 
 w4a4_gemv_rows(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
                const u8* acodes, const u8* ascales, const float* a_ts,  // not __restrict__: PDL
                void* __restrict__ y, int M, int N, int K_pad, int KA, int n_rg, int rg_max, float w_ts,
-               int out_f32, u32 l0, u32 l1, u32 l2, u32 l3) {
+               int out_f32, int early_trigger, u32 l0, u32 l1, u32 l2, u32 l3) {
     extern __shared__ __align__(16) float slots[];  // [NW][MT][rg_max * 8]
     const Lut L{l0, l1, l2, l3, 0u};
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -382,6 +382,10 @@ w4a4_gemv_rows(const unsigned char* __restrict__ codes, const unsigned char* __r
     griddep_wait();
     const float out_scale = w_ts * __ldcg(a_ts);
     if (t0.j < nj) load_a(aA, t0);
+    // early_trigger: let the next kernel (the next layer's quantizer) launch now; it waits
+    // for this grid's end before it reads. Measured per layer (docs/gpu.md): faster where
+    // K >= 8192, slower on the K = 4096 layers; the host passes the rule.
+    if (early_trigger) griddep_launch_dependents();
     while (t0.j < nj) {
         const Item t1 = next(t0);
         if (t1.j < nj) { load_w(wB, sB, t1); load_a(aB, t1); }

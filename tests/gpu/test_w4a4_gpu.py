@@ -204,9 +204,9 @@ def test_gemv_rows_exact(NK, rng):
     np.testing.assert_array_equal(y16.get(), y_ref.astype(np.float32).astype(np.float16))
 
 
-@pytest.mark.parametrize("kernel", ["gemv", "engine"])
+@pytest.mark.parametrize("kernel", ["gemv", "gemv-early", "engine"])
 @pytest.mark.parametrize("M", [1, 3, 8])
-def test_pdl_chain_reads_previous_layer(M, kernel, rng):
+def test_pdl_chain_reads_previous_layer(M, kernel, rng, monkeypatch):
     """Programmatic dependent launch of quantizer and GEMV: a chain of layers, each
     quantizing the previous layer's output (the GEMV streams its first weight stages before
     griddepcontrol.wait, the activations after), eager and replayed from a CUDA graph,
@@ -215,6 +215,12 @@ def test_pdl_chain_reads_previous_layer(M, kernel, rng):
     from mactile.gpu import linear_w4a4, pdl
     if not pdl.available():
         pytest.skip("no CUDA driver library for programmatic dependent launch")
+    if kernel == "gemv-early":  # the row-streaming GEMV (M = 1) with its early trigger on
+        if M != 1:
+            pytest.skip("the early trigger is the M = 1 row-streaming kernel's")
+        from mactile.gpu import w4a4
+        monkeypatch.setattr(w4a4, "ROWS_EARLY_TRIGGER_MIN_K", 0)
+        kernel = "gemv"
     K = 2048
     # weights of norm ~1 per output: the values stay O(1) down the chain
     qws = [NVFP4().quantize((rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)) for _ in range(4)]
