@@ -109,8 +109,11 @@ flexq_quantize_pack(const __half* __restrict__ x, int rows, int K, int ldx,
   if (wid >= (long long)rows_pad * G) return;  // warp-uniform
   const int row = (int)(wid / G), grp = (int)(wid % G);
   // Programmatic dependent launch: the GEMM grid may launch at once; it waits for this grid
-  // (griddep_wait) only before it reads the planes. A no-op for an ordinary launch.
+  // (griddep_wait) only before it reads the planes. This grid may itself be launched early
+  // after the previous layer's GEMM (whose output x may be): it waits for it before it
+  // reads x or writes the planes that GEMM may still read. Both no-ops in a plain launch.
   griddep_launch_dependents();
+  griddep_wait();
 
   float v[4];
   bool bad = false;

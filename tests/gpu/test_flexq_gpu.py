@@ -216,6 +216,42 @@ def test_fused_errors(cp, rng):
         FusedConfig(c=3)
 
 
+@pytest.mark.parametrize("m", [1, 8, 40])
+def test_pdl_chain_reads_previous_layer(cp, rng, m, monkeypatch):
+    """A chain of layers, each quantizing the previous layer's output, with the quantizer and
+    the GEMM launched programmatically (each waits for the kernel before it): eager and from
+    a CUDA graph, bit for bit the serial chain's."""
+    from mactile.gpu import pdl
+    from mactile.gpu.flexq import kernels as fk
+    from mactile.gpu.flexq.kernels import FlexQLinear
+    if not pdl.available():
+        pytest.skip("the CUDA driver library does not load: no PDL launches")
+    from fp4_gpu_util import replay_in_graph
+    monkeypatch.setattr(fk, "_sm_count", lambda: 1)  # small grids: the GEMM takes the PDL path too
+    K = 512
+    ws = [IntGroup(bits=6).quantize((rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float16))
+          for _ in range(3)]
+    x0 = cp.asarray(_acts(rng, m, K))
+
+    def chain(layers, ys):
+        x = x0
+        for layer, y in zip(layers, ys):
+            layer(x, y=y)
+            x = y
+        return ys
+
+    ref = [y.get() for y in chain([FlexQLinear(w, pdl_launch=False) for w in ws],
+                                  [cp.empty((m, K), cp.float16) for _ in ws])]
+    assert np.isfinite(ref[-1]).all() and np.abs(ref[-1]).max() > 0
+    fast = [FlexQLinear(w, pdl_launch=True) for w in ws]
+    got = chain(fast, [cp.full((m, K), np.nan, cp.float16) for _ in ws])
+    for r, g in zip(ref, got):
+        np.testing.assert_array_equal(r, g.get())
+    ys = [cp.empty((m, K), cp.float16) for _ in ws]
+    replay_in_graph(lambda: chain(fast, ys), ys)
+    np.testing.assert_array_equal(ref[-1], ys[-1].get())
+
+
 @pytest.mark.parametrize("cfg", [None, (1, 2, 1, 16, 1), (2, 2, 2, 3, 2)], ids=str)
 def test_pdl_launch_identical(cp, rng, cfg, monkeypatch):
     """The GEMM launched programmatically after the quantize kernel gives the same bits."""
