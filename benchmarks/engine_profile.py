@@ -2,7 +2,8 @@
 profile them: ``ncu -k regex:engine_gemm python benchmarks/engine_profile.py CASE ...``
 with CASE = ``fmt:M:K:N[:bn:stages:wgs:n_ctas]`` (development aid). ``flexq-w6a6:M:K:N``
 launches FlexQ's path as `linear` runs it (kernels ``flexq_*``) and ``w4a4:M:K:N`` ReSET's
-nvfp4 W4A4 GEMV on pre-quantized activations (kernel ``w4a4_gemv``)."""
+nvfp4 W4A4 GEMV on pre-quantized activations (kernel ``w4a4_gemv``; at M = 1
+``w4a4_gemv_rows``)."""
 from __future__ import annotations
 
 import sys
