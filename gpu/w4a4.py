@@ -187,7 +187,8 @@ def gemv_w4a4_rows(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=
     partial sums between CTAs); its ``nw`` warps take (row group, 1024-k chunk) items in
     turn and keep the next item's 16-byte loads in flight while they compute one.
     ``n_ctas``: default :func:`rows_launch`. ``pdl``: the first item's weights are
-    requested before the kernel waits for the previous kernel."""
+    requested before the kernel waits for the previous kernel; from K =
+    :data:`ROWS_EARLY_TRIGGER_MIN_K` on it also lets the next kernel launch early."""
     if pw.fmt.name != "nvfp4":
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
