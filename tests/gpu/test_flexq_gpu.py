@@ -218,9 +218,9 @@ def test_fused_errors(cp, rng):
 
 @pytest.mark.parametrize("m", [1, 8, 40])
 def test_pdl_chain_reads_previous_layer(cp, rng, m, monkeypatch):
-    """A chain of layers, each quantizing the previous layer's output, with the quantizer and
-    the GEMM launched programmatically (each waits for the kernel before it): eager and from
-    a CUDA graph, bit for bit the serial chain's."""
+    """A chain of layers, each quantizing the previous layer's output, with the GEMM and (up to
+    QUANT_PDL_MAX_M tokens) the quantizer launched programmatically (each waits for the
+    kernel before it): eager and from a CUDA graph, bit for bit the serial chain's."""
     from mactile.gpu import pdl
     from mactile.gpu.flexq import kernels as fk
     from mactile.gpu.flexq.kernels import FlexQLinear

@@ -38,6 +38,8 @@ def _pdl_cases():
     [(fsrc, _)] = fk.prebuilt_jobs()[:1]
     fnames = [fk._gemm_name(q, c, "float16") for q in fk.ACT_BITS
               for c in (fk.SMALL_M_CONFIG, fk.SMALL_M_NARROW_CONFIG)]
+    # the activation quantizer is PDL-launched too (QUANT_PDL_MAX_M): it must wait as well
+    fnames += [f"flexq::flexq_quantize_pack<{q}, {fk.ACT_TILE}>" for q in fk.ACT_BITS]
     return [("w4a4", build.full_source(), ["mt::w4a4_gemv<1, 3>", "mt::w4a4_gemv<8, 4>", "nvfp4_quantize_act",
                                            "nvfp4_quantize_act_solo"]),
             ("w4a4_rows", build.full_source(), [build.FAMILIES["w4a4_gemv_rows"].format(MT=MT, NW=NW)
