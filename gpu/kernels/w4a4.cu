@@ -320,8 +320,8 @@ w4a4_gemv_rows(const unsigned char* __restrict__ codes, const unsigned char* __r
     for (int i = lane; i < MT * rstride; i += 32) mine[i] = 0.f;  // rows this warp never touches
     __syncwarp();  // the zeros land before any lane's flush writes a slot
 
-    // Items t = warp, warp + NW, ... < T as (row group j of the CTA, chunk c), advanced
-    // without divisions: t -> t + NW adds NW / KC row groups and NW % KC chunks.
+    // Items t = warp, warp + NW, ... of the CTA's nj * KC, each as (row group j, chunk c),
+    // advanced without divisions: t -> t + NW adds NW / KC row groups and NW % KC chunks.
     struct Item {
         int j, c;
     };
