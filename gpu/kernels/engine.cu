@@ -49,6 +49,11 @@ namespace mt {
 // Optional per-CTA trace (benchmarks/engine_trace.py): globaltimer stamps of the phases of
 // one launch, the SM and the tiles. Compiled only with MT_ENGINE_TRACE (a separate NVRTC
 // build of this source): even a null-pointer test costs the 4-warpgroup kernels a spill.
+// Units whose weight copies the producer issues before griddepcontrol.wait where the kernel
+// does (EARLY, below): every stage free at the start (at most STAGES go early).
+#ifndef MT_EARLY_UNITS
+#define MT_EARLY_UNITS 12
+#endif
 #ifndef MT_ENGINE_TRACE
 #define MT_ENGINE_TRACE 0
 #endif
@@ -759,12 +764,21 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     __syncthreads();
     // Programmatic dependent launch: the next kernel in the stream may be scheduled now; its
     // CTAs take the SMs this grid frees and run their set-up while ours finish (it reads
-    // nothing of ours before its own griddepcontrol.wait). Prefetching the first stages'
-    // weights before the wait was tried (bulk copies into shared memory, or L2 prefetches)
-    // and measured slower on every shape (docs/gpu.md, "Programmatic dependent launch").
+    // nothing of ours before its own griddepcontrol.wait).
     griddep_launch_dependents();
-    griddep_wait();  // the previous kernel's results are visible from here on
-    MT_TRACE(TR_READY, tid == 0, globaltimer());
+    // PW producer warps issue a stage's copies (below). EARLY > 0: the weights' copies of the
+    // first EARLY units go out before griddepcontrol.wait (nothing writes weights), so they
+    // land while the previous kernel finishes; the activations' copies and every consumer
+    // (workspace, outputs, per-token scales) wait. Measured on the H100 (same process, graph
+    // replay, PDL, outputs bitwise equal; docs/gpu.md note 16): NestedFP's planes 2-22% less
+    // time per layer at M <= 128 in both modes (NestedFP16 at M = 1 0.95 -> 1.03x cuBLAS
+    // FP16); the FP4 formats mixed or slower (nvfp4 +2%, mxfp4 0% at M = 1, 4096x28672 and
+    // 25600x5120 4-7% slower; razer 7% slower: its one producer thread's 96 copies of 12
+    // stages before the wait), so NestedFP only.
+    constexpr int PW = T::A_SRC == A_FRAG && T::BP ? 4 : 1;
+    constexpr int EARLY = T::A_SRC != A_FRAG ? MT_EARLY_UNITS : 0;
+    if (EARLY == 0 || wg != 0) griddep_wait();  // the previous kernel's results are visible from here on
+    MT_TRACE(TR_READY, tid == 0 && EARLY == 0, globaltimer());
     MT_TRACE(TR_SM, tid == 0, smid());
     MT_TRACE(TR_TILES, tid == 0, nseg);
 
@@ -782,7 +796,6 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
         // A copy may complete on the stage's barrier before warp 0's expect_tx (as a peer CTA's
         // multicast copy may in CUTLASS's cluster pipelines): the phase cannot complete before
         // warp 0's arrival, which adds the stage's bytes and arrives in one operation.
-        constexpr int PW = T::A_SRC == A_FRAG && T::BP ? 4 : 1;
         const int pw = tid >> 5;
         if ((tid & 31) == 0 && pw < PW && nseg > 0) {
             // weights read by one token tile only are streamed past the L2 (evict first);
@@ -790,6 +803,52 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
             const u64 wpolicy = TT == 1 ? policy_evict_first() : policy_evict_normal();
             int s = 0;
             u32 phase = 0;
+            // this warp's weight copies of k-block kb of row tile rc into stage st (barrier full)
+            auto copy_weights = [&](const u32 st, const u32 full, const int rc, const int k0) {
+                const u32 sa = st + C::B_BYTES;
+                if constexpr (T::A_SRC == A_FRAG) {
+#pragma unroll
+                    for (int w = 0; w < WGS; ++w) {
+                        const long long rt = (long long)rc * WGS + w;
+                        if (pw == w % PW)
+                            bulk_g2s_hint(sa + w * C::FRAG_WG, wcodes + (rt * K_pad + k0) * 32, C::FRAG_CODE,
+                                          full, wpolicy);
+                        if (pw == (WGS + w) % PW)
+                            bulk_g2s_hint(sa + w * C::FRAG_WG + C::FRAG_CODE,
+                                          wscales + (rt * (K_pad / T::BLOCK) + k0 / T::BLOCK) * 64 * T::SCALE_BYTES,
+                                          C::FRAG_SC, full, wpolicy);
+                    }
+                } else if constexpr (T::A_SRC == A_PLANES) {
+                    tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);  // (PW = 1)
+                    tma_load_2d(sa + WGS * 64 * 64, &tm_a1, k0, rc * WGS * 64, full);
+                } else {
+                    tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);
+                }
+            };
+            // EARLY: warp 0 first issues its weight copies of the first units of its first
+            // tile (stages 0.., free at the start), then waits for the previous kernel and
+            // issues their activations in the loop; with PW = 4, warps 1-3 (weights only) wait
+            // after EARLY units. A copy may complete before warp 0's expect_tx (above).
+            int pre = 0;     // warp 0: units whose weights went out before the wait
+            int issued = 0;  // units this warp has issued
+            if constexpr (EARLY > 0) {
+                if (pw == 0) {
+                    int tile, k_lo, k_hi;
+                    if constexpr (PART == 1) {
+                        segment(0, tile, k_lo, k_hi);
+                    } else {
+                        tile = tile_beg;
+                        k_lo = kb_beg;
+                        k_hi = tile_beg == tile_end ? kb_last : KU - 1;
+                    }
+                    pre = min(min(EARLY, STAGES), k_hi - k_lo + 1);
+#pragma unroll 1
+                    for (int i = 0; i < pre; ++i)
+                        copy_weights(sbase + i * C::STAGE_BYTES, bar_full + 8 * i, tile % RTc, (k_lo + i) * BK);
+                    griddep_wait();
+                    MT_TRACE(TR_READY, true, globaltimer());
+                }
+            }
             MT_TRACE(TR_FIRST_COPY, pw == 0, globaltimer());
             auto copy_tile = [&](const int tile, const int k_lo, const int k_hi) {  // its k-blocks
                 const int tt = tile / RTc, rc = tile % RTc;
@@ -805,24 +864,11 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
                         for (int sub = 0; sub < C::B_SUB; ++sub)  // 128-byte columns: 64 f16 or 128 e4m3
                             tma_load_2d(st + sub * BN * 128, &tm_b, k0 + sub * (T::FP8 ? 128 : 64), tt * BN, full);
                     }
-                    const u32 sa = st + C::B_BYTES;
-                    if constexpr (T::A_SRC == A_FRAG) {
-#pragma unroll
-                        for (int w = 0; w < WGS; ++w) {
-                            const long long rt = (long long)rc * WGS + w;
-                            if (pw == w % PW)
-                                bulk_g2s_hint(sa + w * C::FRAG_WG, wcodes + (rt * K_pad + k0) * 32, C::FRAG_CODE,
-                                              full, wpolicy);
-                            if (pw == (WGS + w) % PW)
-                                bulk_g2s_hint(sa + w * C::FRAG_WG + C::FRAG_CODE,
-                                              wscales + (rt * (K_pad / T::BLOCK) + k0 / T::BLOCK) * 64 * T::SCALE_BYTES,
-                                              C::FRAG_SC, full, wpolicy);
-                        }
-                    } else if constexpr (T::A_SRC == A_PLANES) {
-                        tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);  // (PW = 1)
-                        tma_load_2d(sa + WGS * 64 * 64, &tm_a1, k0, rc * WGS * 64, full);
+                    if constexpr (EARLY > 0) {
+                        if (pw != 0 && issued == EARLY) griddep_wait();
+                        if (issued++ >= pre) copy_weights(st, full, rc, k0);
                     } else {
-                        tma_load_2d(sa, &tm_a0, k0, rc * WGS * 64, full);
+                        copy_weights(st, full, rc, k0);
                     }
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }

@@ -304,6 +304,39 @@ def test_pdl_chain_reads_previous_layer(fmt, M, rng):
     np.testing.assert_array_equal(ref, ys[-1].get())
 
 
+@pytest.mark.parametrize("mode", ["fp16", "fp8"])
+@pytest.mark.parametrize("M", [1, 40])
+def test_nestedfp_pdl_chain_reads_previous_layer(mode, M, rng, monkeypatch):
+    """NestedFP under programmatic dependent launch: its plane copies go out before
+    griddepcontrol.wait (kernel EARLY), its activations (and in FP8 mode the per-token
+    quantizer's output and scales) after. A chain of layers, each reading the previous
+    layer's output, eager and replayed from a CUDA graph, equals the chain without PDL."""
+    from mactile.gpu.nestedfp.kernels import NestedFPLinear
+    cp = cupy()
+    e = _engine()
+    K = 1024
+    layers = [NestedFPLinear(cp.asarray((rng.standard_normal((K, K)) / 32).astype(np.float16)))
+              for _ in range(4)]
+    x0 = cp.asarray((rng.standard_normal((M, K)) * 0.5).astype(np.float16))
+
+    def chain(ys):
+        x = x0
+        for layer, y in zip(layers, ys):
+            layer(x, mode=mode, y=y)
+            x = y
+        return ys[-1]
+
+    with monkeypatch.context() as mp:
+        mp.setattr(e, "use_pdl", lambda m: False)
+        ref = chain([cp.empty((M, K), dtype=cp.float16) for _ in layers]).get()
+    assert e.use_pdl(M)
+    assert np.isfinite(ref).all() and np.abs(ref).max() > 0
+    np.testing.assert_array_equal(ref, chain([poisoned((M, K), np.float16) for _ in layers]).get())
+    ys = [cp.empty((M, K), dtype=cp.float16) for _ in layers]
+    replay_in_graph(lambda: chain(ys), ys)
+    np.testing.assert_array_equal(ref, ys[-1].get())
+
+
 def test_mxfp4_scale_window(rng):
     """MXFP4 weights whose non-zero block scales span more binades than the FP16 decode
     holds are refused by the packer, naming the span; within the window the result is exact."""
