@@ -771,12 +771,14 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     // land while the previous kernel finishes; the activations' copies and every consumer
     // (workspace, outputs, per-token scales) wait. Measured on the H100 (same process, graph
     // replay, PDL, outputs bitwise equal; docs/gpu.md note 16): NestedFP's planes 2-22% less
-    // time per layer at M <= 128 in both modes (NestedFP16 at M = 1 0.95 -> 1.03x cuBLAS
-    // FP16); the FP4 formats mixed or slower (nvfp4 +2%, mxfp4 0% at M = 1, 4096x28672 and
-    // 25600x5120 4-7% slower; razer 7% slower: its one producer thread's 96 copies of 12
-    // stages before the wait), so NestedFP only.
+    // time per layer at M <= 64 in both modes (NestedFP16 at M = 1 0.95 -> 1.03x cuBLAS
+    // FP16), 2-3% at M = 128, but 2.5% more at M = 256 (no PDL there: only the first stage's
+    // activations queue behind the early weights); the FP4 formats mixed or slower (nvfp4
+    // +2%, mxfp4 0% at M = 1, 4096x28672 and 25600x5120 4-7% slower; razer 7% slower: its
+    // one producer thread's 96 copies of 12 stages before the wait). Hence NestedFP's token
+    // tiles up to 64 (128-token tiles also run at 128 < M <= 256, without PDL).
     constexpr int PW = T::A_SRC == A_FRAG && T::BP ? 4 : 1;
-    constexpr int EARLY = T::A_SRC != A_FRAG ? MT_EARLY_UNITS : 0;
+    constexpr int EARLY = T::A_SRC != A_FRAG && BN <= 64 ? MT_EARLY_UNITS : 0;
     if (EARLY == 0 || wg != 0) griddep_wait();  // the previous kernel's results are visible from here on
     MT_TRACE(TR_READY, tid == 0 && EARLY == 0, globaltimer());
     MT_TRACE(TR_SM, tid == 0, smid());
