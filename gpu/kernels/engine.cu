@@ -54,6 +54,9 @@ namespace mt {
 #ifndef MT_EARLY_UNITS
 #define MT_EARLY_UNITS 12
 #endif
+#ifndef MT_EARLY_UNITS_FRAG
+#define MT_EARLY_UNITS_FRAG 4
+#endif
 #ifndef MT_ENGINE_TRACE
 #define MT_ENGINE_TRACE 0
 #endif
@@ -775,10 +778,14 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     // FP16), 2-3% at M = 128, but 2.5% more at M = 256 (no PDL there: only the first stage's
     // activations queue behind the early weights); the FP4 formats mixed or slower (nvfp4
     // +2%, mxfp4 0% at M = 1, 4096x28672 and 25600x5120 4-7% slower; razer 7% slower: its
-    // one producer thread's 96 copies of 12 stages before the wait). Hence NestedFP's token
-    // tiles up to 64 (128-token tiles also run at 128 < M <= 256, without PDL).
+    // one producer thread's 96 copies of 12 stages before the wait), except razer-g128 with
+    // MT_EARLY_UNITS_FRAG = 4 stages in its 8-token tiles: 1.5-8% less time on every layer
+    // at M = 1 (razer with 2 or 4 stages: -1.7 .. +4.7%). Hence NestedFP's token tiles up to
+    // 64 (128-token tiles also run at 128 < M <= 256, without PDL) and razer-g128's 8-token
+    // tiles (the RESCALE format).
     constexpr int PW = T::A_SRC == A_FRAG && T::BP ? 4 : 1;
-    constexpr int EARLY = T::A_SRC != A_FRAG && BN <= 64 ? MT_EARLY_UNITS : 0;
+    constexpr int EARLY = T::A_SRC != A_FRAG && BN <= 64 ? MT_EARLY_UNITS
+                          : T::RESCALE && BN == 8 ? MT_EARLY_UNITS_FRAG : 0;
     if (EARLY == 0 || wg != 0) griddep_wait();  // the previous kernel's results are visible from here on
     MT_TRACE(TR_READY, tid == 0 && EARLY == 0, globaltimer());
     MT_TRACE(TR_SM, tid == 0, smid());

@@ -20,8 +20,8 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['0580701f99395e3adaa7',
+           '1d1f54ce927af81f256a',
            '31b726a7dd2274ba282d',
-           '475f295f5fd14f85393b',
            '9c2319b6b079881bee1b',
            'a87e9b1bb459fe527255']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
