@@ -46,17 +46,18 @@ MACTILE_GENERATED_WGMMA
 
 namespace mt {
 
-// Optional per-CTA trace (benchmarks/engine_trace.py): globaltimer stamps of the phases of
-// one launch, the SM and the tiles. Compiled only with MT_ENGINE_TRACE (a separate NVRTC
-// build of this source): even a null-pointer test costs the 4-warpgroup kernels a spill.
-// Units whose weight copies the producer issues before griddepcontrol.wait where the kernel
-// does (EARLY, below): every stage free at the start (at most STAGES go early).
+// Stages whose weight copies the producer issues before griddepcontrol.wait where the kernel
+// does (EARLY, in engine_gemm; at most STAGES, all free at the start): NestedFP every one,
+// razer-g128 four (docs/gpu.md note 16).
 #ifndef MT_EARLY_UNITS
 #define MT_EARLY_UNITS 12
 #endif
 #ifndef MT_EARLY_UNITS_FRAG
 #define MT_EARLY_UNITS_FRAG 4
 #endif
+// Optional per-CTA trace (benchmarks/engine_trace.py): globaltimer stamps of the phases of
+// one launch, the SM and the tiles. Compiled only with MT_ENGINE_TRACE (a separate NVRTC
+// build of this source): even a null-pointer test costs the 4-warpgroup kernels a spill.
 #ifndef MT_ENGINE_TRACE
 #define MT_ENGINE_TRACE 0
 #endif
@@ -773,7 +774,7 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     // first EARLY units go out before griddepcontrol.wait (nothing writes weights), so they
     // land while the previous kernel finishes; the activations' copies and every consumer
     // (workspace, outputs, per-token scales) wait. Measured on the H100 (same process, graph
-    // replay, PDL, outputs bitwise equal; docs/gpu.md note 16): NestedFP's planes 2-22% less
+    // replay, PDL, outputs bitwise equal; docs/gpu.md note 16): NestedFP's planes 1-22% less
     // time per layer at M <= 64 in both modes (NestedFP16 at M = 1 0.95 -> 1.03x cuBLAS
     // FP16), 2-3% at M = 128, but 2.5% more at M = 256 (no PDL there: only the first stage's
     // activations queue behind the early weights); the FP4 formats mixed or slower (nvfp4

@@ -1,9 +1,9 @@
 """The generated CUDA texts stay byte-identical to those the prebuilt cubins were verified
 with on the GPU (CPU-only: headers recorded from main at 827e50f, before the kernel
 constants were derived from golden/storage.py; source digests those of the cubins of the
-engine with nvfp4's and mxfp4's four producer warps and of the rewritten E4M3 quantizer, run
-on an H100 on 2026-11-27; the engine's header comment was edited after that run, and the
-SASS of every engine kernel is identical to the cubins that ran; the CUDA-core/ReSET source
+engine with NestedFP's and razer-g128's early weight copies (docs/gpu.md note 16) and of
+the rewritten E4M3 quantizer, run on an H100 on 2026-11-27; the engine's comments were edited
+after that run, and the SASS of every engine kernel is identical to the cubins that ran; the CUDA-core/ReSET source
 with the quantizer's dequantized output for the tensor-core W4A4 path ran on an H100 on
 2026-11-27, later). A change here needs a new GPU run."""
 import hashlib
@@ -20,7 +20,7 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['0580701f99395e3adaa7',
-           '1d1f54ce927af81f256a',
+           '2bc2e6e6d41c7860c985',
            '31b726a7dd2274ba282d',
            '9c2319b6b079881bee1b',
            'a87e9b1bb459fe527255']
