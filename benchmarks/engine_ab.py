@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -38,27 +37,10 @@ from mactile.gpu.formats import ENGINE_FORMATS
 
 
 def _sources(specs: list[str]) -> dict[str, str | None]:
-    """``NAME=PATH`` (``PATH`` = ``tree``: the package's source, ``None``) -> {name: source}."""
-    out: dict[str, str | None] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise SystemExit(f"engine_ab: --source {spec!r}: expected NAME=PATH or NAME=tree")
-        if name in out:
-            raise SystemExit(f"engine_ab: --source name {name!r} given twice")
-        if path == "tree":
-            out[name] = None
-            continue
-        p = Path(path)
-        if not p.is_file():
-            raise SystemExit(f"engine_ab: --source {name}={path}: no such file")
-        text = p.read_text(encoding="utf-8")
-        if "engine_gemm" not in text:
-            raise SystemExit(f"engine_ab: --source {name}={path}: not an engine source (no engine_gemm)")
-        out[name] = text
-    if len(out) < 2:
-        raise SystemExit("engine_ab: give at least two --source NAME=PATH (or NAME=tree)")
-    return out
+    """``NAME=PATH`` (``PATH`` = ``tree``: the package's source, ``None``) -> {name: source text}."""
+    from mactile.gpu.bench.harness import ab_sources
+    paths = ab_sources(specs, tool="engine_ab", marker="engine_gemm", what="an engine source")
+    return {n: None if p is None else p.read_text(encoding="utf-8") for n, p in paths.items()}
 
 
 def _settings(specs: list[str], names, engine) -> dict[str, dict[str, object]]:
@@ -107,10 +89,6 @@ class _Constants:
         return False
 
 
-def _geomean(v) -> float:
-    return math.exp(sum(math.log(x) for x in v) / len(v))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dump", type=Path, default=None, metavar="FILE",
@@ -143,13 +121,12 @@ def main(argv=None) -> int:
     if args.reps < 1:
         raise SystemExit("engine_ab: --reps must be >= 1")
     from mactile.gpu.bench.gemm_bench import SHAPES, fp4_weight_sets, nestedfp_weight_sets
+    from mactile.gpu.bench.harness import geomean, parse_shapes, time_launches, torch_baselines
 
-    shapes = ([tuple(int(v) for v in t.lower().split("x")) for t in args.shapes] if args.shapes
-              else [(K, N) for _, _, K, N in SHAPES])
+    shapes = parse_shapes(args.shapes, [(K, N) for _, _, K, N in SHAPES])
 
     import cupy as cp
 
-    from mactile.gpu.bench.harness import time_launches, torch_baselines
     from mactile.gpu.runtime import device_info
 
     info = device_info()
@@ -226,7 +203,7 @@ def main(argv=None) -> int:
         e.set_source(None)
     summary = []
     for (f, M, n), r in ratios.items():
-        g = _geomean(r)
+        g = geomean(r)
         summary.append({"format": f, "M": M, "source": n, "geomean_speedup": g, "min_over_geomean": min(r) / g,
                         "shapes": len(r)})
         print(f"GEOMEAN {f:<10} M={M:<4} {n:<10} {g:.3f}  (smallest shape {min(r) / g:.2f} of it)", flush=True)

@@ -70,13 +70,13 @@ def main(argv=None) -> int:
     from mactile.golden.fileio import atomic_write
     from mactile.gpu import engine as e
     from mactile.gpu.bench.gemm_bench import FORMATS, random_quantized
-    from mactile.gpu.bench.harness import rotation_count, streaming_read_peak
+    from mactile.gpu.bench.harness import parse_shapes, rotation_count, streaming_read_peak
     from mactile.gpu.packing import pack_w4a16
     from mactile.gpu.runtime import device_info
 
     info = device_info()
     rng = np.random.default_rng(5)
-    shapes = [tuple(int(v) for v in t.lower().split("x")) for t in args.shapes] if args.shapes else SHAPES
+    shapes = parse_shapes(args.shapes, SHAPES)
     rows = []
     for K, N in shapes:
         q = random_quantized(FORMATS[args.format], N, K, rng)

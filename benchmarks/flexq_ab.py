@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -30,29 +29,8 @@ import numpy as np
 
 def _sources(specs: list[str]) -> dict[str, Path | None]:
     """``NAME=PATH`` (``PATH`` = ``tree``: the package's source, ``None``) -> {name: path}."""
-    out: dict[str, Path | None] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise SystemExit(f"flexq_ab: --source {spec!r}: expected NAME=PATH or NAME=tree")
-        if name in out:
-            raise SystemExit(f"flexq_ab: --source name {name!r} given twice")
-        if path == "tree":
-            out[name] = None
-            continue
-        p = Path(path)
-        if not p.is_file():
-            raise SystemExit(f"flexq_ab: --source {name}={path}: no such file")
-        if "flexq_gemm" not in p.read_text(encoding="utf-8"):
-            raise SystemExit(f"flexq_ab: --source {name}={path}: not a FlexQ source (no flexq_gemm)")
-        out[name] = p
-    if len(out) < 2:
-        raise SystemExit("flexq_ab: give at least two --source NAME=PATH (or NAME=tree)")
-    return out
-
-
-def _geomean(v) -> float:
-    return math.exp(sum(math.log(x) for x in v) / len(v))
+    from mactile.gpu.bench.harness import ab_sources
+    return ab_sources(specs, tool="flexq_ab", marker="flexq_gemm", what="a FlexQ source")
 
 
 def main(argv=None) -> int:
@@ -84,13 +62,12 @@ def main(argv=None) -> int:
     if any(m < 1 or m > 64 for m in args.ms):
         raise SystemExit("flexq_ab: --ms must lie in 1..64 (the benchmark's FlexQ range)")
     from mactile.gpu.bench.gemm_bench import SHAPES
+    from mactile.gpu.bench.harness import geomean, parse_shapes, rotation_count, time_launches, torch_baselines
 
-    shapes = ([tuple(int(v) for v in t.lower().split("x")) for t in args.shapes] if args.shapes
-              else [(K, N) for _, _, K, N in SHAPES])
+    shapes = parse_shapes(args.shapes, [(K, N) for _, _, K, N in SHAPES])
 
     import cupy as cp
 
-    from mactile.gpu.bench.harness import rotation_count, time_launches, torch_baselines
     from mactile.gpu.runtime import device_info
 
     info = device_info()
@@ -139,7 +116,7 @@ def main(argv=None) -> int:
         fk._SRC = tree_src
     print(f"\ngeomean speed over {names[0]!r} (> 1: faster)")
     for M in args.ms:
-        print(f"M={M:<3d} " + "  ".join(f"{n} {_geomean(ratios[(n, M)]):.3f} "
+        print(f"M={M:<3d} " + "  ".join(f"{n} {geomean(ratios[(n, M)]):.3f} "
                                        f"({min(ratios[(n, M)]):.2f}-{max(ratios[(n, M)]):.2f})"
                                        for n in names[1:]))
     if args.out is not None:

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     from mactile.golden.fileio import atomic_write
     from mactile.gpu import engine as e
     from mactile.gpu.bench.gemm_bench import FORMATS, random_quantized
-    from mactile.gpu.bench.harness import (rotation_count, streaming_read_peak, time_launches,
+    from mactile.gpu.bench.harness import (parse_shapes, rotation_count, streaming_read_peak, time_launches,
                                            torch_baselines)
     from mactile.gpu.packing import pack_w4a16
     from mactile.gpu.runtime import device_info
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(11)
     M = args.m
     rows = []
-    shapes = [tuple(int(v) for v in t.lower().split("x")) for t in args.shapes] if args.shapes else SHAPES
+    shapes = parse_shapes(args.shapes, SHAPES)
     for K, N in shapes:
         base = torch_baselines(M, N, K, kinds=("fp16",), l2_bytes=info["l2_bytes"])["fp16"]
         fp16_us = base.timing.median_us if base.timing else None

@@ -25,7 +25,9 @@ Other pieces: :func:`streaming_read_peak` (a read-only 16-byte-per-thread reduct
 kernel, rotated like any kernel, giving the bandwidth ceiling of the same run),
 :func:`torch_baselines` (cuBLAS FP16 ``torch.matmul``, FP8 ``torch._scaled_mm``, INT8
 ``torch._int_mm`` as launch callables), :func:`make_record` / :func:`write_json`
-(one JSON record per measurement, with device and versions) and :func:`plot_records`.
+(one JSON record per measurement, with device and versions) and :func:`plot_records`;
+for the benchmark scripts, :func:`geomean`, :func:`parse_shapes` (``KxN`` arguments) and
+:func:`ab_sources` (the ``--source NAME=PATH`` arguments of the same-process A/B scripts).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from ..runtime import device_info, require_cupy
 __all__ = [
     "Timing", "time_launches", "rotation_count", "streaming_read_peak", "torch_available",
     "torch_baselines", "BaselineResult", "make_record", "write_json", "read_json",
-    "plot_records", "L2_ROTATION_FACTOR",
+    "plot_records", "L2_ROTATION_FACTOR", "geomean", "parse_shapes", "ab_sources",
 ]
 
 #: Weight sets are rotated over at least this many times the L2 size.
@@ -394,3 +396,49 @@ def plot_records(records: Sequence[dict], path, *, x: str = "M", y: str = "speed
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive ``values``."""
+    v = list(values)
+    return math.exp(sum(math.log(x) for x in v) / len(v))
+
+
+def parse_shapes(specs: Sequence[str] | None, default: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Layer shapes from ``KxN`` strings (``default`` when ``specs`` is empty or None); a bad
+    string stops with a message naming it."""
+    if not specs:
+        return [tuple(s) for s in default]
+    out = []
+    for t in specs:
+        parts = t.lower().split("x")
+        if len(parts) != 2 or not all(q.isdigit() and int(q) > 0 for q in parts):
+            raise SystemExit(f"--shapes {t!r}: expected K x N as two positive integers, e.g. 4096x4096")
+        out.append((int(parts[0]), int(parts[1])))
+    return out
+
+
+def ab_sources(specs: Sequence[str], *, tool: str, marker: str, what: str) -> dict[str, Path | None]:
+    """The ``--source NAME=PATH`` arguments of a same-process A/B script (``tool``):
+    ``{name: path}``, ``None`` for ``NAME=tree`` (the package's own source). Every file must
+    contain ``marker`` (else it is not ``what``, e.g. "an engine source"); at least two
+    sources, names unique. Bad arguments stop with a message naming the problem."""
+    out: dict[str, Path | None] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"{tool}: --source {spec!r}: expected NAME=PATH or NAME=tree")
+        if name in out:
+            raise SystemExit(f"{tool}: --source name {name!r} given twice")
+        if path == "tree":
+            out[name] = None
+            continue
+        p = Path(path)
+        if not p.is_file():
+            raise SystemExit(f"{tool}: --source {name}={path}: no such file")
+        if marker not in p.read_text(encoding="utf-8"):
+            raise SystemExit(f"{tool}: --source {name}={path}: not {what} (no {marker})")
+        out[name] = p
+    if len(out) < 2:
+        raise SystemExit(f"{tool}: give at least two --source NAME=PATH (or NAME=tree)")
+    return out

@@ -280,6 +280,32 @@ def test_engine_ab_dump_and_bad_sources(tmp_path):
             ab.main(list(argv))
 
 
+def test_ab_script_helpers(tmp_path):
+    """The benchmark scripts' shared argument helpers (gpu/bench/harness.py): KxN shapes,
+    the geometric mean, and flexq_ab.py's --source arguments through the same parser as
+    engine_ab.py's (paths kept for FlexQ, whose kernels load a source file)."""
+    import importlib.util
+    from pathlib import Path
+
+    from mactile.gpu.bench.harness import geomean, parse_shapes
+    assert parse_shapes(None, [(1, 2)]) == [(1, 2)]
+    assert parse_shapes(["4096x6144", "8X16"], [(1, 2)]) == [(4096, 6144), (8, 16)]
+    for bad in ("4096", "4096x", "ax2", "0x8", "1x2x3"):
+        with pytest.raises(SystemExit, match="expected K x N"):
+            parse_shapes([bad], [])
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "flexq_ab.py"
+    spec = importlib.util.spec_from_file_location("flexq_ab", path)
+    fq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fq)
+    good = tmp_path / "v.cu"
+    good.write_text("__global__ void flexq_gemm() {}\n")
+    assert fq._sources(["a=tree", f"b={good}"]) == {"a": None, "b": good}
+    (tmp_path / "junk.cu").write_text("int main() {}\n")
+    with pytest.raises(SystemExit, match="flexq_ab: .*not a FlexQ source"):
+        fq._sources(["a=tree", f"b={tmp_path / 'junk.cu'}"])
+
+
 def test_engine_ab_settings():
     """engine_ab.py --set NAME:CONST=VALUE: parsed as the engine constant's own type, set only
     while that source runs and put back after; a bad setting stops with a clear message."""
