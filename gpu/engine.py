@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,7 +35,8 @@ __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_
            "HYB_L2_FRACTION", "HYB_ONE_TOKEN_TILE", "rounds_any_activations", "PARTS_REDUCE", "PARTS_MIN",
            "prebuilt_names", "SMALL_LAYER_BYTES_64", "SMALL_LAYER_BYTES_256", "CLUSTER_TILES",
            "CLUSTER_TILES_HEAVY_MAX_K", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE",
-           "split_parts", "PART_STRIPES", "PART_HYBRID", "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS",
+           "early_units", "EARLY_UNITS_PLANES", "EARLY_UNITS_RESCALE", "EARLY_CANDIDATE",
+           "EARLY_MAX_BN", "split_parts", "PART_STRIPES", "PART_HYBRID", "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS",
            "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts", "clusters_fit"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
@@ -103,13 +104,16 @@ class EngineConfig:
     """A tile configuration: ``bn`` tokens per tile (wgmma N), ``stages`` pipeline stages,
     ``wgs`` consumer warpgroups (64 weight rows each; 3-4 only for ``bn <= 64``), ``sched``
     the consumer schedule (:data:`SCHEDULES`; -1: batched for ``bn <= 64``), ``n_ctas``
-    persistent CTAs (0: :func:`default_ctas`)."""
+    persistent CTAs (0: :func:`default_ctas`), ``early`` the pipeline units whose weight
+    copies go out before the PDL wait (-1: the format's rule, :func:`early_units`; 0: none;
+    at most ``stages`` take effect)."""
 
     bn: int
     stages: int
     wgs: int = 2
     n_ctas: int = 0
     sched: int = -1
+    early: int = -1
 
     def __post_init__(self):
         if self.bn not in TOKEN_TILES:
@@ -122,11 +126,45 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.n_ctas must be >= 0, got {self.n_ctas}")
         if self.sched not in (-1,) + SCHEDULES:
             raise ValueError(f"EngineConfig.sched must be one of {SCHEDULES} or -1, got {self.sched}")
+        if not -1 <= self.early <= 16:
+            raise ValueError(f"EngineConfig.early must lie in [-1, 16], got {self.early}")
 
     @property
     def schedule(self) -> int:
         """The consumer schedule this configuration compiles to."""
         return self.sched if self.sched >= 0 else (1 if self.bn <= 64 else 0)
+
+
+#: Units (pipeline stages) whose weight copies the producer issues before
+#: ``griddepcontrol.wait`` by default (the kernel's ``EARLY``; weights are never written, so
+#: under PDL they land while the previous kernel finishes). Measured on the H100 (same
+#: process, graph replay, PDL, outputs bitwise equal; docs/gpu.md note 16): NestedFP's planes
+#: 1-22% less time per layer at M <= 64 in both modes, every stage early (NestedFP16 at
+#: M = 1 0.95 -> 1.03x cuBLAS FP16); at 128-token tiles 2-3% less at M = 128 but 2.5% more
+#: at M = 256, which runs without PDL (the first stage's activations queue behind the early
+#: weights); razer-g128's 8-token tiles with 4 stages 1.5-8% less on every layer at M = 1;
+#: nvfp4 and mxfp4 +2% and 0% in the geomean at M = 1 (4096x28672 and 25600x5120 4-7%
+#: slower, the rest up to 8% faster); razer 7% slower with 12 stages (its one producer
+#: thread issues 96 copies before the wait), -1.7 .. +4.7% per layer with 2 or 4. Where the
+#: rule says none, the tuning sweep times :data:`EARLY_CANDIDATE` stages per layer.
+EARLY_UNITS_PLANES = 12
+EARLY_UNITS_RESCALE = 4
+#: Early units a tuning sweep tries where :func:`early_units` gives none (and none where it
+#: gives some), at token tiles of at most :data:`EARLY_MAX_BN` launched with PDL.
+EARLY_CANDIDATE = 4
+EARLY_MAX_BN = 128
+
+
+def early_units(fmt: str, cfg: EngineConfig) -> int:
+    """The kernel's ``EARLY`` for ``cfg``: ``cfg.early`` where set, else the format's rule
+    (NestedFP's planes :data:`EARLY_UNITS_PLANES` at token tiles up to 64, razer-g128's
+    8-token tiles :data:`EARLY_UNITS_RESCALE`, none elsewhere). The kernel issues at most
+    ``cfg.stages`` of them."""
+    if cfg.early >= 0:
+        return cfg.early
+    tr = engine_traits(fmt)
+    return (EARLY_UNITS_PLANES if tr["A_SRC"] != "A_FRAG" and cfg.bn <= 64
+            else EARLY_UNITS_RESCALE if tr["RESCALE"] and cfg.bn == 8 else 0)
 
 
 def _cround(a: int, b: int) -> int:
@@ -306,9 +344,10 @@ PART_STRIPES, PART_HYBRID, PART_PARTS, PART_CLUSTER = 0, 1, 2, 3
 
 def engine_name(fmt: str, cfg: EngineConfig, part: int = PART_STRIPES) -> str:
     """Kernel name expression of one instantiation with work partition ``part``
-    (:data:`PART_STRIPES`, :data:`PART_HYBRID` or :data:`PART_PARTS`)."""
+    (:data:`PART_STRIPES`, :data:`PART_HYBRID`, :data:`PART_PARTS` or :data:`PART_CLUSTER`);
+    the early units resolved (:func:`early_units`), so that one kernel has one name."""
     return (f"mt::engine_gemm<{engine_format_id(fmt)}, {cfg.bn}, {cfg.stages}, {cfg.wgs}, {cfg.schedule}, "
-            f"{int(part)}>")
+            f"{int(part)}, {early_units(fmt, cfg)}>")
 
 
 def _active_source(traced: bool = False) -> str:
@@ -670,23 +709,34 @@ def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | No
                       N: int | None = None) -> list[EngineConfig]:
     """The configurations a tuning sweep times for ``M`` tokens, the default
     (:func:`config_for` with ``nbytes`` and ``N``) first: every variant of the default's token tile
-    (:func:`_variants`: two or four warpgroups, either schedule), the defaults of half that
-    tile (more token tiles: more CTAs busy on small layers, a second decode of the weights)
-    for a large and a small layer, with ``N`` the default without the cluster rule
-    (:data:`CLUSTER_TILES`), and the default with one CTA per SM (``sms``; stream-K
-    over every SM where :func:`default_ctas` would give whole tiles). Without ``sms``, no
-    CTA-count candidate (the kernels are the same: :func:`instances`)."""
+    (:func:`_variants`: two or four warpgroups, either schedule), where ``M`` launches with PDL
+    (:func:`use_pdl`) and the tile has at most :data:`EARLY_MAX_BN` tokens those of the
+    default's schedule (but four warpgroups at 32 tokens or more) with the early weight copies
+    toggled (:func:`early_units`: :data:`EARLY_CANDIDATE` units where
+    the rule gives none, NestedFP's planes all; none where it gives some), the defaults of half
+    that tile (more token tiles: more CTAs busy on small layers, a second decode of the
+    weights) for a large and a small layer, with ``N`` the default without the cluster rule
+    (:data:`CLUSTER_TILES`), and the default with one CTA per SM (``sms``; stream-K over every
+    SM where :func:`default_ctas` would give whole tiles). Without ``sms``, no CTA-count
+    candidate (the kernels are the same: :func:`instances`)."""
     d = config_for(fmt, M, nbytes, N=N, sms=sms if N is not None else None)
-    out = [d] + _variants(fmt, d.bn)
+    tile = [d] + _variants(fmt, d.bn)
+    out = list(tile)
+    if use_pdl(M) and d.bn <= EARLY_MAX_BN:
+        planes = engine_traits(fmt)["A_SRC"] != "A_FRAG"
+        on = EARLY_UNITS_PLANES if planes else EARLY_CANDIDATE
+        # (four warpgroups at 32 and 64 tokens spilled with the early copies: 12-52 bytes)
+        out += [replace(c, early=0 if early_units(fmt, c) else on) for c in tile
+                if c.schedule == d.schedule and not (c.wgs == 4 and c.bn >= 32)]
     if N is not None:  # the tile without the cluster rule (CLUSTER_TILES), where it differs
         out.append(config_for(fmt, M, nbytes))
     if d.bn // 2 >= TOKEN_TILES[0]:
         out += [config_for(fmt, d.bn // 2), config_for(fmt, d.bn // 2, 0)]
     if sms:
-        out.append(EngineConfig(d.bn, d.stages, d.wgs, sms, d.sched))
+        out.append(replace(d, n_ctas=sms))
     seen, uniq = set(), []
     for c in out:
-        key = (c.bn, c.stages, c.wgs, c.n_ctas, c.schedule)
+        key = (c.bn, c.stages, c.wgs, c.n_ctas, c.schedule, early_units(fmt, c))
         if key not in seen:
             seen.add(key)
             uniq.append(c)
@@ -712,7 +762,7 @@ def instances(tuning: bool = True) -> list[tuple[str, EngineConfig]]:
         key = (f, engine_name(f, c))
         if key not in seen:
             seen.add(key)
-            uniq.append((f, EngineConfig(c.bn, c.stages, c.wgs, 0, c.schedule)))
+            uniq.append((f, replace(c, n_ctas=0, sched=c.schedule, early=early_units(f, c))))
     return uniq
 
 

@@ -11,6 +11,8 @@ matrices means fewer partial tiles to reduce).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .build import kernel
@@ -138,14 +140,14 @@ def gemm_tc(x, pw: PackedW4A16, *, out=None, out_dtype=np.float16, n_ctas: int |
         while the previous kernel in the stream finishes. Default
         :func:`mactile.gpu.engine.use_pdl` (on for M <= 128, where it was measured faster).
     """
-    from .engine import EngineConfig, config_for, gemm_fp4, use_pdl  # noqa: PLC0415
+    from .engine import config_for, gemm_fp4, use_pdl  # noqa: PLC0415
 
     _on_device(pw, "frag")
     M = check_activation(x, pw.K)
     y, _ = _out(out, M, pw.N, out_dtype)
     c = cfg or config_for(pw.fmt.name, M, pw.nbytes("frag"), N=pw.N)
     if n_ctas is not None:
-        c = EngineConfig(c.bn, c.stages, c.wgs, int(n_ctas), c.sched)
+        c = replace(c, n_ctas=int(n_ctas))
     gemm_fp4(x, pw, cfg=c, out=y, pdl=use_pdl(M) if pdl is None else pdl)
     check_launch("engine_gemm", sync=sync)
     return y

@@ -2,9 +2,10 @@
 ``engine`` entries of the device's tuning table (``gpu/tuning/<device>.json``).
 
 For every engine format (nvfp4, mxfp4, razer, razer-g128, NestedFP FP16 and FP8 mode), shape
-and M (default 1, 8, 16 .. 512; NestedFP from 16, where it runs on the engine), it times each of
+and M (default 1, 8, 16 .. 512), it times each of
 :func:`mactile.gpu.engine.tuning_candidates` (the default first; the variants of its token
-tile, half the tile, one CTA per SM) the way :func:`mactile.gpu.linear` launches it (FP4:
+tile, with the early weight copies toggled where M launches with PDL, half the tile, one CTA
+per SM) the way :func:`mactile.gpu.linear` launches it (FP4:
 ``gemm_tc`` with its PDL rule; NestedFP: the layer call, FP8 mode with its per-token
 quantization), after checking the candidate's output on sampled columns (the benchmark's
 checks). The harness is the benchmark's (CUDA-graph replay, weights rotated over >= 4x L2,
@@ -41,8 +42,9 @@ TUNE_M = (1, 8, 16, 32, 64, 128, 256, 512)
 
 def config_list(cfg) -> list[int]:
     """An :class:`~mactile.gpu.engine.EngineConfig` as the table stores it:
-    ``[bn, stages, wgs, n_ctas, sched]`` (the schedule resolved)."""
-    return [cfg.bn, cfg.stages, cfg.wgs, cfg.n_ctas, cfg.schedule]
+    ``[bn, stages, wgs, n_ctas, sched]`` (the schedule resolved), and ``early`` after them
+    where the configuration sets it (absent: the format's rule when looked up)."""
+    return [cfg.bn, cfg.stages, cfg.wgs, cfg.n_ctas, cfg.schedule] + ([cfg.early] if cfg.early >= 0 else [])
 
 
 def _launcher(kind, sets, xs, ys, cfg):

@@ -46,15 +46,6 @@ MACTILE_GENERATED_WGMMA
 
 namespace mt {
 
-// Stages whose weight copies the producer issues before griddepcontrol.wait where the kernel
-// does (EARLY, in engine_gemm; at most STAGES, all free at the start): NestedFP every one,
-// razer-g128 four (docs/gpu.md note 16).
-#ifndef MT_EARLY_UNITS
-#define MT_EARLY_UNITS 12
-#endif
-#ifndef MT_EARLY_UNITS_FRAG
-#define MT_EARLY_UNITS_FRAG 4
-#endif
 // Optional per-CTA trace (benchmarks/engine_trace.py): globaltimer stamps of the phases of
 // one launch, the SM and the tiles. Compiled only with MT_ENGINE_TRACE (a separate NVRTC
 // build of this source): even a null-pointer test costs the 4-warpgroup kernels a spill.
@@ -701,8 +692,9 @@ __device__ __forceinline__ void engine_cluster_parts(float (&acc)[BN / 2], int t
 // SCHED 0 (interleaved): one wgmma per k-step, the next k-step decoded while it runs (few A
 // registers: for wide token tiles). SCHED 1 (batched): the whole next stage decoded while
 // the current stage's wgmmas run (two register sets of A; more independent work per warp:
-// for narrow token tiles, where the decode dominates).
-template <int F, int BN, int STAGES, int WGS, int SCHED, int PART>
+// for narrow token tiles, where the decode dominates). EARLY: units whose weight copies go
+// out before griddepcontrol.wait (below; 0: none).
+template <int F, int BN, int STAGES, int WGS, int SCHED, int PART, int EARLY>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16 or e4m3)
             const __grid_constant__ TensorMap tm_a0,  // A_PLANES: upper plane; A_SMEM: A
@@ -771,22 +763,12 @@ engine_gemm(const __grid_constant__ TensorMap tm_b,   // activations [M][K] (f16
     // nothing of ours before its own griddepcontrol.wait).
     griddep_launch_dependents();
     // PW producer warps issue a stage's copies (below). EARLY > 0: the weights' copies of the
-    // first EARLY units go out before griddepcontrol.wait (nothing writes weights), so they
-    // land while the previous kernel finishes; the activations' copies and every consumer
-    // (workspace, outputs, per-token scales) wait. Measured on the H100 (same process, graph
-    // replay, PDL, outputs bitwise equal; docs/gpu.md note 16): NestedFP's planes 1-22% less
-    // time per layer at M <= 64 in both modes (NestedFP16 at M = 1 0.95 -> 1.03x cuBLAS
-    // FP16), 2-3% at M = 128, but 2.5% more at M = 256 (no PDL there: only the first stage's
-    // activations queue behind the early weights); the FP4 formats mixed or slower (nvfp4
-    // +2%, mxfp4 0% at M = 1, 4096x28672 and 25600x5120 4-7% slower; razer 7% slower: its
-    // one producer thread's 96 copies of 12 stages before the wait), except razer-g128 with
-    // MT_EARLY_UNITS_FRAG = 4 stages in its 8-token tiles: 1.5-8% less time on every layer
-    // at M = 1 (razer with 2 or 4 stages: -1.7 .. +4.7%). Hence NestedFP's token tiles up to
-    // 64 (128-token tiles also run at 128 < M <= 256, without PDL) and razer-g128's 8-token
-    // tiles (the RESCALE format).
+    // first EARLY units (at most STAGES: all free at the start) go out before
+    // griddepcontrol.wait (nothing writes weights), so they land while the previous kernel
+    // finishes; the activations' copies and every consumer (workspace, outputs, per-token
+    // scales) wait. Chosen per format and token tile on the host (engine.early_units, measured
+    // in docs/gpu.md note 16; the tuning table may choose otherwise per layer).
     constexpr int PW = T::A_SRC == A_FRAG && T::BP ? 4 : 1;
-    constexpr int EARLY = T::A_SRC != A_FRAG && BN <= 64 ? MT_EARLY_UNITS
-                          : T::RESCALE && BN == 8 ? MT_EARLY_UNITS_FRAG : 0;
     if (EARLY == 0 || wg != 0) griddep_wait();  // the previous kernel's results are visible from here on
     MT_TRACE(TR_READY, tid == 0 && EARLY == 0, globaltimer());
     MT_TRACE(TR_SM, tid == 0, smid());

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def engine_choice(table: dict | None, fmt: str, K: int, N: int, M: int):
     cfg = EngineConfig(*e["config"])
     if e.get("ctas_per_sm"):  # measured as one CTA per SM: this device's count
         from ..runtime import sm_count  # noqa: PLC0415
-        cfg = EngineConfig(cfg.bn, cfg.stages, cfg.wgs, sm_count(), cfg.sched)
+        cfg = replace(cfg, n_ctas=sm_count())
     return cfg, f"measured at K={e['K']} N={e['N']} M={e['M']}"
 
 

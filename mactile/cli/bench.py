@@ -44,7 +44,8 @@ def register(sub) -> None:
 
     t = bsub.add_parser("tune", help="measure the GEMM engine's configurations per shape and M (tuning table)",
                         description="Time the GEMM engine's candidate configurations (the default, the variants "
-                                    "of its token tile, half the tile, one CTA per SM) for every engine format "
+                                    "of its token tile, with the early weight copies toggled where M launches with "
+                                    "PDL, half the tile, one CTA per SM) for every engine format "
                                     "and mode on the benchmark's shapes and M = 1 .. 512, next to cuBLAS FP16 "
                                     "and FP8; choose per format, shape and M the default or a candidate that "
                                     "beat it by --margin twice; write JSON and markdown, and the engine "

@@ -1,6 +1,8 @@
 """The GEMM engine (kernels/engine.cu) on the GPU: every format and tile configuration
 against the golden float64 GEMM (the FP32-accumulation bound of mactile.gpu.check), exact
 cases (atol=0) for every CTA partition, poisoned outputs, odd shapes, a broken decode."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -63,7 +65,7 @@ def test_every_tile_configuration(fmt, rng):
             x = rng.standard_normal((M, K)).astype(np.float16)
             y_ref, abs_sum = reference(x, q.dequantize())
             for n_ctas in (0, 3):
-                c = e.EngineConfig(cfg.bn, cfg.stages, cfg.wgs, n_ctas)
+                c = replace(cfg, n_ctas=n_ctas)
                 y = poisoned((M, N), np.float32)
                 e.gemm_fp4(cp.asarray(x), pw, cfg=c, out=y)
                 check_close(y.get(), y_ref, abs_sum, K, what=f"engine/{fmt.name}/{c}/M{M}")
@@ -276,10 +278,13 @@ def test_cluster_parts_equal_last_arriver(M, rng, monkeypatch):
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=FIDS)
 @pytest.mark.parametrize("M", [1, 40])
-def test_pdl_chain_reads_previous_layer(fmt, M, rng):
+@pytest.mark.parametrize("toggled", [False, True], ids=["rule", "early-toggled"])
+def test_pdl_chain_reads_previous_layer(fmt, M, toggled, rng):
     """Programmatic dependent launch: a chain of layers, each reading the previous layer's
-    output (the weights are prefetched before griddepcontrol.wait, the activations after),
-    eager and replayed from a CUDA graph, equals the same chain launched without PDL."""
+    output (the weights are prefetched before griddepcontrol.wait where the configuration
+    says so, the activations after), eager and replayed from a CUDA graph, equals the same
+    chain launched without PDL; with the format's rule of early weight copies and with it
+    toggled (a tuning candidate: none where the rule has some, else some)."""
     cp = cupy()
     e = _engine()
     K = 1024
@@ -288,6 +293,9 @@ def test_pdl_chain_reads_previous_layer(fmt, M, rng):
                       layouts=("frag",)).to(cp) for _ in range(4)]
     x0 = cp.asarray((rng.standard_normal((M, K)) * 0.5).astype(np.float16))
     cfg = e.config_for(fmt.name, M)
+    if toggled:  # the first tuning candidate that sets the early copies against the rule
+        cfg = next(c for c in e.tuning_candidates(fmt.name, M) if c.early >= 0)
+        assert e.early_units(fmt.name, cfg) != e.early_units(fmt.name, replace(cfg, early=-1))
 
     def chain(pdl, ys):
         x = x0

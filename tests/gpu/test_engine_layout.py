@@ -172,7 +172,7 @@ def test_tuning_candidates():
             for nb in (None, 9 << 20, 80 << 20):
                 cands = e.tuning_candidates(f, M, nb, sms=132)
                 assert cands[0] == e.config_for(f, M, nb)
-                keys = [(c.bn, c.stages, c.wgs, c.n_ctas, c.schedule) for c in cands]
+                keys = [(c.bn, c.stages, c.wgs, c.n_ctas, c.schedule, e.early_units(f, c)) for c in cands]
                 assert len(set(keys)) == len(keys) >= 3
                 assert all((f, e.engine_name(f, c)) in built for c in cands)
                 assert sum(c.n_ctas == 132 for c in cands) == 1
@@ -185,7 +185,7 @@ def test_tuning_candidates():
 
 
 def _mangled(expr):
-    """Itanium mangling of ``mt::engine_gemm<a, b, c, d, e, f>`` (the kernel's fixed signature)."""
+    """Itanium mangling of ``mt::engine_gemm<a, b, c, d, e, f, g>`` (the kernel's fixed signature)."""
     args = expr[expr.index("<") + 1:-1].split(",")
     return ("_ZN2mt11engine_gemmIL" + "".join(f"i{int(a)}EL" for a in args)[:-1] + "EEvN3ptx9TensorMapES2_S2_PKhS4_"
             "PKfPvPfPiiiiiiiiifijjjjjPy")

@@ -41,8 +41,10 @@ def test_default_entries_follow_the_engine_default():
 
 
 def test_config_list_round_trips():
-    for c in e.tuning_candidates("nvfp4", 64, 9 << 20, sms=132):
-        assert e.EngineConfig(*config_list(c)) == e.EngineConfig(c.bn, c.stages, c.wgs, c.n_ctas, c.schedule)
+    cands = e.tuning_candidates("nvfp4", 64, 9 << 20, sms=132)
+    assert {len(config_list(c)) for c in cands} == {5, 6}  # early written only where set
+    for c in cands:
+        assert e.EngineConfig(*config_list(c)) == e.EngineConfig(c.bn, c.stages, c.wgs, c.n_ctas, c.schedule, c.early)
 
 
 def test_tune_table_reports_gain():

@@ -20,8 +20,8 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['0580701f99395e3adaa7',
-           '2bc2e6e6d41c7860c985',
            '31b726a7dd2274ba282d',
+           '9639fbdee2400b53103a',
            '9c2319b6b079881bee1b',
            'a87e9b1bb459fe527255']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,

@@ -29,9 +29,11 @@ def test_split_bit_exact_exhaustive(cp):
     assert not up.get()[128:].any() and not lo.get()[128:].any()
 
 
-# GEMM engine configurations (bn, wgs, sched, n_ctas): deepest pipeline; None = the default
-# choice (the engine with the tuning table)
-CFGS = [None, (8, 4, 1, 0), (16, 2, 1, 3), (64, 2, 0, 0), (128, 2, 0, 5), (256, 2, 0, 0)]
+# GEMM engine configurations (bn, wgs, sched, n_ctas[, early]): deepest pipeline; None = the
+# default choice (the engine with the tuning table); early: the weight copies before the PDL
+# wait set against the format's rule (tuning candidates)
+CFGS = [None, (8, 4, 1, 0), (16, 2, 1, 3), (16, 2, 1, 3, 0), (64, 2, 0, 0), (128, 2, 0, 5), (128, 2, 0, 5, 12),
+        (256, 2, 0, 0)]
 
 
 def _cfg(c, mode="fp16"):
@@ -39,8 +41,8 @@ def _cfg(c, mode="fp16"):
     if c is None:
         return None
     fmt = "nestedfp16" if mode == "fp16" else "nestedfp8"
-    bn, wgs, sched, n_ctas = c
-    return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, n_ctas, sched)
+    bn, wgs, sched, n_ctas, *early = c
+    return EngineConfig(bn, max_stages(fmt, bn, wgs), wgs, n_ctas, sched, *early)
 
 
 # streaming kernel shapes (nt, rt, wr, wk, ku[, sps]) (in STREAM_TEST)
@@ -117,7 +119,8 @@ def test_fp16_mode_matches_fp16_gemm(cp, rng, m, n, k, c):
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 128, 256), (37, 200, 272), (64, 384, 1024), (300, 136, 512)])
-@pytest.mark.parametrize("c", [None, (8, 4, 1, 2), (128, 2, 0, 1), (256, 2, 0, 3), (256, 2, 1, 0)], ids=str)
+@pytest.mark.parametrize("c", [None, (8, 4, 1, 2), (8, 2, 1, 2, 0), (128, 2, 0, 1), (128, 2, 0, 1, 12), (256, 2, 0, 3),
+                               (256, 2, 1, 0)], ids=str)
 def test_fp8_mode_matches_golden(cp, rng, m, n, k, c):
     """E4M3 activations bit-exact with golden; y within 2^-9 sum|x_k u_k| s 2^-8 of the
     golden FP8 GEMM (Hopper's FP8 wgmma accumulates with fewer bits than FP32) plus FP16
