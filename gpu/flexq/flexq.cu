@@ -51,6 +51,30 @@ __device__ __forceinline__ int plane_word(int lane, int w) {
   return ((w / V) * 32 + lane) * V + w % V;
 }
 
+// One warp's weights of group grp for its RT weight tiles wt0.. (clamped to the last tile:
+// stores are masked): WW lane-interleaved plane words per lane in 16-byte streaming loads,
+// and the two FP16 scales of rows gid and gid + 8. Scale index < 2^31: 32-bit math.
+template <int WW, int RT>
+__device__ __forceinline__ void load_weight_group(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
+                                                  uint32_t (&wf)[RT][WW], float (&sf)[RT][2], int wt0,
+                                                  int n_wtiles, int G, int Npad, int grp, int lane, int gid) {
+  static_assert(WW % 4 == 0, "weights are read in 16-byte vectors");
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+    const int wt = min(wt0 + i, n_wtiles - 1);
+    const uint32_t* p = wp + ((long long)wt * G + grp) * 32 * WW;
+#pragma unroll
+    for (int v = 0; v < WW / 4; ++v) {
+      const uint4 t = ldg_stream16(p + plane_word<WW>(lane, 4 * v));
+      wf[i][4 * v] = t.x; wf[i][4 * v + 1] = t.y;
+      wf[i][4 * v + 2] = t.z; wf[i][4 * v + 3] = t.w;
+    }
+    const __half* q = sw + (grp * Npad + wt * 16 + gid);
+    sf[i][0] = __half2float(q[0]);
+    sf[i][1] = __half2float(q[8]);
+  }
+}
+
 }  // namespace flexq
 
 FLEXQ_GENERATED_SCHEDULES
@@ -152,7 +176,6 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
            // loads invariant and hoists them above griddepcontrol.wait (seen in the SASS)
            void* __restrict__ out, int M, int N, int G, int n_wtiles, int Npad, int Mpad) {
   constexpr int WW = 2 * P;  // words per lane of one weight tile-group
-  static_assert(WW % 4 == 0, "weights are read in 16-byte vectors");
   constexpr int BROWS = 16 * RT * WR;
   constexpr int BTOK = 8 * MT;
   extern __shared__ float red[];  // [WK][BTOK][BROWS]
@@ -166,20 +189,7 @@ flexq_gemm(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
   // scales. Weights come from no earlier kernel, so the first step's may be requested
   // before griddepcontrol.wait (PEEL below; non-coherent path: const __restrict__).
   auto load_w = [&](uint32_t (&wf)[U][RT][WW], float (&swf)[U][RT][2], int u, int grp) {
-#pragma unroll
-    for (int i = 0; i < RT; ++i) {
-      const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
-      const uint32_t* p = wp + ((long long)wt * G + grp) * 32 * WW;
-#pragma unroll
-      for (int v = 0; v < WW / 4; ++v) {
-        const uint4 t = ldg_stream16(p + plane_word<WW>(lane, 4 * v));
-        wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
-        wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
-      }
-      const __half* q = sw + (grp * Npad + wt * 16 + gid);  // < 2^31: 32-bit index math
-      swf[u][i][0] = __half2float(q[0]);
-      swf[u][i][1] = __half2float(q[8]);
-    }
+    load_weight_group<WW, RT>(wp, sw, wf[u], swf[u], wt0, n_wtiles, G, Npad, grp, lane, gid);
   };
   float facc[RT][MT][4];
 #pragma unroll
@@ -362,23 +372,8 @@ flexq_fused(const uint32_t* __restrict__ wp, const __half* __restrict__ sw,
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int gl = wk + WK * (u + U * it);
-      if (gl < gcount) {
-        const int grp = gs0 + gl;
-#pragma unroll
-        for (int i = 0; i < RT; ++i) {
-          const int wt = min(wt0 + i, n_wtiles - 1);  // clamped; stores are masked
-          const uint32_t* p = wp + ((long long)wt * G + grp) * 32 * WW;
-#pragma unroll
-          for (int v = 0; v < WW / 4; ++v) {
-            const uint4 t = ldg_stream16(p + plane_word<WW>(lane, 4 * v));
-            wf[u][i][4 * v] = t.x; wf[u][i][4 * v + 1] = t.y;
-            wf[u][i][4 * v + 2] = t.z; wf[u][i][4 * v + 3] = t.w;
-          }
-          const __half* q = sw + (long long)grp * Npad + wt * 16 + gid;
-          sf[u][i][0] = __half2float(q[0]);
-          sf[u][i][1] = __half2float(q[8]);
-        }
-      }
+      if (gl < gcount)
+        load_weight_group<WW, RT>(wp, sw, wf[u], sf[u], wt0, n_wtiles, G, Npad, gs0 + gl, lane, gid);
     }
   };
   load(wfa, sfa, 0);  // in flight during the activation prologue

@@ -19,11 +19,11 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'prelude': '1112ddf9c967cd8b1c988fd60f8a0a9781d77c272afd0b05151624a33fd50aeb',
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
-SOURCES = ['0580701f99395e3adaa7',
-           '31b726a7dd2274ba282d',
+SOURCES = ['31b726a7dd2274ba282d',
+           '88b314e1ab01a5183ba8',
            '9639fbdee2400b53103a',
-           '9c2319b6b079881bee1b',
-           'a87e9b1bb459fe527255']
+           'a87e9b1bb459fe527255',
+           'abace61a6f2383093859']
 KERNEL_FORMATS = {'mxfp4': [-1, 32, 'uint8', 255, 0, 'e8m0', 0, 127, False,
            [1178878528, 1481657416, 977026624, 674247736], 0, 1.7014118346046923e+38, False],
  'nvfp4': [0, 16, 'uint8', 127, 0, 'fp8_e4m3', 3, 7, False,
