@@ -2,6 +2,7 @@
 configuration choice, shared-memory budget, grid sizes, the tuning-table lookup, and the
 instantiations compile with the local nvcc (sm_90a) without spills where it is on PATH."""
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -97,6 +98,31 @@ def test_small_layer_defaults():
     assert e.config_for("nestedfp8", 512).bn == 128 and e.config_for("nestedfp8", 2048, 1 * mb).bn == 256
     assert e.config_for("nestedfp8", 1024, 25 * mb).bn == 128 and e.config_for("nestedfp8", 1024, 67 * mb).bn == 256
     assert e.config_for("nestedfp8", 4096).schedule == 1 and e.config_for("nestedfp8", 4096).stages == 4
+
+
+def test_early_units_rule_and_override():
+    """The early weight copies: the format's rule (NestedFP's planes up to 64 tokens, every
+    stage; razer-g128's 8-token tiles, 4; none elsewhere), ``EngineConfig.early`` over it,
+    and the resolved count in the kernel's name (one kernel, one name)."""
+    rule = {(f, bn): e.early_units(f, e.config_for(f, bn)) for f in ENGINE_FORMATS for bn in (8, 16, 64, 128)}
+    for f in ("nestedfp16", "nestedfp8"):
+        assert [rule[(f, bn)] for bn in (8, 16, 64, 128)] == [e.EARLY_UNITS_PLANES] * 3 + [0]
+    assert [rule[("razer-g128", bn)] for bn in (8, 16, 64, 128)] == [e.EARLY_UNITS_RESCALE, 0, 0, 0]
+    assert not any(rule[(f, bn)] for f in ("nvfp4", "mxfp4", "razer") for bn in (8, 16, 64, 128))
+    c = e.config_for("nvfp4", 8)
+    assert e.early_units("nvfp4", replace(c, early=4)) == 4
+    assert e.early_units("razer-g128", replace(e.config_for("razer-g128", 8), early=0)) == 0
+    assert e.engine_name("nvfp4", c).endswith(", 0>") and e.engine_name("nvfp4", replace(c, early=4)).endswith(", 4>")
+    # the rule's value spelled out names the same kernel
+    g = e.config_for("razer-g128", 8)
+    assert e.engine_name("razer-g128", g) == e.engine_name("razer-g128", replace(g, early=e.EARLY_UNITS_RESCALE))
+    with pytest.raises(ValueError, match="early"):
+        e.EngineConfig(8, 12, 2, early=17)
+    # a table entry with a sixth field sets them; five fields take the rule
+    t = {"engine": [{"format": "nvfp4", "K": 4096, "N": 4096, "M": 8, "config": [8, 12, 4, 0, 1, 4]},
+                    {"format": "nvfp4", "K": 4096, "N": 4096, "M": 16, "config": [16, 12, 2, 0, 1]}]}
+    assert engine_choice(t, "nvfp4", 4096, 4096, 5)[0] == e.EngineConfig(8, 12, 4, 0, 1, 4)
+    assert engine_choice(t, "nvfp4", 4096, 4096, 16)[0].early == -1
 
 
 def test_engine_choice():
