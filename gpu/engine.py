@@ -36,7 +36,7 @@ __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_
            "prebuilt_names", "SMALL_LAYER_BYTES_64", "SMALL_LAYER_BYTES_256", "CLUSTER_TILES",
            "CLUSTER_TILES_HEAVY_MAX_K", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE",
            "early_units", "EARLY_UNITS_PLANES", "EARLY_UNITS_RESCALE", "EARLY_CANDIDATE",
-           "EARLY_MAX_BN", "split_parts", "PART_STRIPES", "PART_HYBRID", "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS",
+           "split_parts", "PART_STRIPES", "PART_HYBRID", "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS",
            "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts", "clusters_fit"]
 
 #: Dynamic shared memory a block may use on sm_90 (227 KB).
@@ -150,9 +150,8 @@ class EngineConfig:
 EARLY_UNITS_PLANES = 12
 EARLY_UNITS_RESCALE = 4
 #: Early units a tuning sweep tries where :func:`early_units` gives none (and none where it
-#: gives some), at token tiles of at most :data:`EARLY_MAX_BN` launched with PDL.
+#: gives some), where M launches with PDL (:func:`use_pdl`: token tiles of at most 128).
 EARLY_CANDIDATE = 4
-EARLY_MAX_BN = 128
 
 
 def early_units(fmt: str, cfg: EngineConfig) -> int:
@@ -710,8 +709,8 @@ def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | No
     """The configurations a tuning sweep times for ``M`` tokens, the default
     (:func:`config_for` with ``nbytes`` and ``N``) first: every variant of the default's token tile
     (:func:`_variants`: two or four warpgroups, either schedule), where ``M`` launches with PDL
-    (:func:`use_pdl`) and the tile has at most :data:`EARLY_MAX_BN` tokens those of the
-    default's schedule (but four warpgroups at 32 tokens or more) with the early weight copies
+    (:func:`use_pdl`; without it the copies only delay the first stage's activations) those of
+    the default's schedule (but four warpgroups at 32 tokens or more) with the early weight copies
     toggled (:func:`early_units`: :data:`EARLY_CANDIDATE` units where
     the rule gives none, NestedFP's planes all; none where it gives some), the defaults of half
     that tile (more token tiles: more CTAs busy on small layers, a second decode of the
@@ -722,7 +721,7 @@ def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | No
     d = config_for(fmt, M, nbytes, N=N, sms=sms if N is not None else None)
     tile = [d] + _variants(fmt, d.bn)
     out = list(tile)
-    if use_pdl(M) and d.bn <= EARLY_MAX_BN:
+    if use_pdl(M):
         planes = engine_traits(fmt)["A_SRC"] != "A_FRAG"
         on = EARLY_UNITS_PLANES if planes else EARLY_CANDIDATE
         # (four warpgroups at 32 and 64 tokens spilled with the early copies: 12-52 bytes)
