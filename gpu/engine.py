@@ -238,6 +238,15 @@ PROMOTE_256_MIN_M = 2048
 PROMOTE_256_MIN_BYTES = 32 << 20
 
 
+#: Widest token tile at which FP8 mode (A from shared memory: nothing to decode) also tries
+#: one consumer warpgroup per CTA in the tuning sweep: 64-feature tiles, so twice or four
+#: times the tiles of two or four warpgroups, whole rows per CTA on the large layers
+#: instead of parts summed together (cuBLAS FP8's choice at these M: 64-row tiles).
+#: Measured on the H100 (docs/gpu.md note 18): chosen on 8192x8192 at M = 1 and 64 and
+#: 14336x4096 at M = 64 (3.7-7.0%), up to 23% slower on the small layers.
+ONE_WG_MAX_BN = 64
+
+
 def _wgs4_max(fmt: str) -> int:
     """The widest token tile at which four consumer warpgroups still fit their registers
     (96 each): none for razer-g128 (eight k-steps of A per stage), 16 for NestedFP16's plane
@@ -686,13 +695,17 @@ _CLUSTERS_FIT: dict = {}
 
 def _variants(fmt: str, bn: int) -> list[EngineConfig]:
     """The configurations tried for token tile ``bn`` (tuning), deepest pipeline each: two
-    consumer warpgroups, and four where they fit their registers (:func:`_wgs4_max`); either
+    consumer warpgroups, four where they fit their registers (:func:`_wgs4_max`), and one
+    for FP8 mode up to :data:`ONE_WG_MAX_BN` tokens (docs/gpu.md note 18); either
     schedule, except where it spills (compiled with nvcc 13.0, sm_90a): the batched one with
     four warpgroups above 32 tokens (164 bytes at 64) and for NestedFP16's planes at 128
     tokens and more (NestedFP8, A from shared memory, does not spill there)."""
     tr = engine_traits(fmt)
     out = []
-    for wgs in ((2, 4) if bn <= _wgs4_max(fmt) else (2,)):
+    wgs_set = (2, 4) if bn <= _wgs4_max(fmt) else (2,)
+    if tr["A_SRC"] == "A_SMEM" and bn <= ONE_WG_MAX_BN:
+        wgs_set = (1,) + wgs_set
+    for wgs in wgs_set:
         for sched in SCHEDULES:
             if sched == 1 and ((wgs == 4 and bn > 32) or (bn >= 128 and tr["A_SRC"] == "A_PLANES")):
                 continue
@@ -708,7 +721,7 @@ def tuning_candidates(fmt: str, M: int, nbytes: int | None = None, sms: int | No
                       N: int | None = None) -> list[EngineConfig]:
     """The configurations a tuning sweep times for ``M`` tokens, the default
     (:func:`config_for` with ``nbytes`` and ``N``) first: every variant of the default's token tile
-    (:func:`_variants`: two or four warpgroups, either schedule), where ``M`` launches with PDL
+    (:func:`_variants`: two or four warpgroups, one in FP8 mode, either schedule), where ``M`` launches with PDL
     (:func:`use_pdl`; without it the copies only delay the first stage's activations) those of
     the default's schedule (but four warpgroups at 32 tokens or more) with the early weight copies
     toggled (:func:`early_units`: :data:`EARLY_CANDIDATE` units where

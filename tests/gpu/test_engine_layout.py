@@ -191,7 +191,7 @@ def test_tuning_candidates_compile_without_spills():
 
 def test_tuning_candidates():
     """The default first, no duplicates, every candidate prebuilt, the CTA-count candidate
-    only with ``sms``; none of the variants that spilled."""
+    only with ``sms``; none of the variants that spilled; one warpgroup only in FP8 mode."""
     built = {(f, e.engine_name(f, c)) for f, c in e.instances()}
     for f in ENGINE_FORMATS:
         for M in (16, 32, 64, 128, 256, 512):
@@ -204,10 +204,14 @@ def test_tuning_candidates():
                 assert sum(c.n_ctas == 132 for c in cands) == 1
                 assert not any(c.n_ctas for c in e.tuning_candidates(f, M, nb))
                 for c in cands:
+                    if c.wgs == 1:  # one warpgroup: FP8 mode only (nothing to decode), up to 64 tokens
+                        assert f == "nestedfp8" and c.bn <= e.ONE_WG_MAX_BN
+                        continue
                     assert c.wgs == 2 or c.bn <= {"razer-g128": 0, "nestedfp16": 16, "nestedfp8": 32}.get(f, 64)
                     assert not (c.wgs == 4 and c.schedule == 1 and c.bn > 32)
     # half the token tile is a candidate: NestedFP16 at M = 256 may run 128-token tiles
     assert any(c.bn == 128 for c in e.tuning_candidates("nestedfp16", 256))
+    assert any(c.wgs == 1 for c in e.tuning_candidates("nestedfp8", 16))
 
 
 def _mangled(expr):
