@@ -50,7 +50,7 @@ def test_committed_markdown_is_the_summary():
     mod = load_benchmark_script("ncu_summary")
     data = json.loads(RESULT.read_text())
     assert RESULT.with_suffix(".md").read_text() == mod.markdown(data["meta"], data["records"])
-    # every engine case sits beside a cuBLAS case of the same shape and M in the same run
+    # every NestedFP case sits beside a cuBLAS case of the same shape and M in the same run
     cases = {r["case"] for r in data["records"]}
     for c in cases:
         fmt, rest = c.split(":", 1)
