@@ -23,8 +23,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-#: kernels one launch of a case runs (FP8 mode: the per-token quantizer, then the engine)
 def _kernels_per_run(case: str) -> int:
+    """Kernels one launch of ``case`` runs (FP8 mode: the per-token quantizer, then the engine)."""
     return 2 if case.startswith("nestedfp8:") else 1
 
 
