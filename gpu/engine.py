@@ -35,7 +35,7 @@ __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_
            "HYB_L2_FRACTION", "HYB_ONE_TOKEN_TILE", "rounds_any_activations", "PARTS_REDUCE", "PARTS_MIN",
            "prebuilt_names", "SMALL_LAYER_BYTES_64", "SMALL_LAYER_BYTES_256", "CLUSTER_TILES",
            "CLUSTER_TILES_HEAVY_MAX_K", "BATCHED_MAX_BN_BP", "tuning_candidates", "STREAMK_IDLE",
-           "early_units", "EARLY_UNITS_PLANES", "EARLY_UNITS_RESCALE", "EARLY_CANDIDATE",
+           "early_units", "EARLY_UNITS_PLANES", "EARLY_UNITS_RESCALE", "EARLY_CANDIDATE", "ONE_WG_MAX_BN",
            "split_parts", "PART_STRIPES", "PART_HYBRID", "PART_PARTS", "PART_CLUSTER", "CLUSTER_PARTS",
            "CLUSTER_MAX_P", "CLUSTER_MIN_BN", "cluster_parts", "clusters_fit"]
 
