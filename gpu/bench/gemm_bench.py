@@ -361,7 +361,9 @@ def run_benchmark(*, shapes=None, Ms=None, kinds=None, baselines=("fp16", "fp8")
         cp.get_default_memory_pool().free_all_blocks()
     if temperature:
         bench_temperature(ctx)
+    from ..tuning import table_origin  # noqa: PLC0415
     meta = {"device": info, "read_peak_1gib_tbps": peak_1g, "seconds": time.time() - t0,
+            "tuning_table": table_origin()[1],
             "shapes": [list(s) for s in shapes], "M": list(Ms), "kinds": kinds,
             "method": "CUDA-graph replay, median of 15 replays; weights rotated over >= 4x L2; "
                       "random codes/scales; correctness on 96 sampled columns before timing"}

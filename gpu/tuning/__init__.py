@@ -11,18 +11,33 @@ K) and the smallest measured M at or above the request within the request's toke
 (:func:`token_bucket`: 8, 16, 32, 64, 128, 256 and above); requests with no such M (M = 1..8
 when the sweep began at 16, M above every measured M) and formats without entries take the
 engine's default (:func:`mactile.gpu.engine.config_for`).
+
+A device with no table of its own (:func:`resolve_table`) reads the table of its nearest
+measured device (:data:`NEAREST_DEVICE`: the same chip with other memory, e.g. an H200 reads
+``h100.json`` until ``h200.json`` exists) or, with none, runs the engine's defaults; which of
+the three happened is logged once per process on the ``mactile.gpu`` logger (a warning for the
+two fallbacks) and :func:`table_origin` returns it, so a benchmark can record it.
+``mactile bench tune --tuning-out gpu/tuning/<device>.json`` writes a device's own table.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["TUNING_DIR", "device_slug", "load_table", "engine_choice", "engine_table_configs", "token_bucket"]
+__all__ = ["TUNING_DIR", "NEAREST_DEVICE", "device_slug", "resolve_table", "table_origin", "load_table",
+           "engine_choice", "engine_table_configs", "token_bucket"]
 
 TUNING_DIR = Path(__file__).resolve().parent
+_LOG = logging.getLogger("mactile.gpu")
+
+# A device without a table of its own reads the table of the device named here: the same chip
+# (GH100, 132 SMs, the same kernels and tile limits), so the measured choices are the nearest
+# there are; only the memory system differs (the H200's HBM3e reads about 1.4x faster).
+NEAREST_DEVICE = {"h200": "h100", "gh200": "h100"}
 
 
 def device_slug(name: str) -> str:
@@ -34,14 +49,47 @@ def device_slug(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in n)
 
 
+def resolve_table(device: str, tuning_dir: Path = TUNING_DIR) -> tuple[Path | None, str]:
+    """``(path, origin)`` of the table a device named ``device`` reads.
+
+    Its own ``<slug>.json`` if shipped; else that of :data:`NEAREST_DEVICE`'s entry for it;
+    else ``None`` (the engine's defaults). ``origin`` says which, in words.
+    """
+    slug = device_slug(device)
+    own = tuning_dir / f"{slug}.json"
+    if own.exists():
+        return own, f"{own.name} (measured on this device kind)"
+    near = NEAREST_DEVICE.get(slug)
+    if near and (tuning_dir / f"{near}.json").exists():
+        return tuning_dir / f"{near}.json", (f"{near}.json: no table measured on {device} ({slug}.json), "
+                                             f"so the nearest measured device's (same chip) is used; "
+                                             f"`mactile bench tune --tuning-out gpu/tuning/{slug}.json` "
+                                             "measures one")
+    return None, (f"no tuning table for {device} ({slug}.json) nor a nearest measured device: the "
+                  f"engine's defaults run; `mactile bench tune --tuning-out gpu/tuning/{slug}.json` "
+                  "measures one")
+
+
+@lru_cache(maxsize=1)
+def table_origin() -> tuple[str | None, str]:
+    """``(path or None, origin)`` of the current device's table, logged once per process."""
+    try:
+        from ..runtime import device_info  # noqa: PLC0415
+        name = device_info()["name"]
+    except Exception:  # noqa: BLE001 - no device, no table
+        return None, "no GPU: no tuning table"
+    path, origin = resolve_table(name)
+    (_LOG.info if path is not None and path.stem == device_slug(name) else _LOG.warning)(
+        "mactile.gpu tuning table: %s", origin)
+    return (str(path) if path is not None else None), origin
+
+
 @lru_cache(maxsize=8)
 def load_table(path: str | None = None) -> dict | None:
-    """The table at ``path`` or the current device's (None when there is none)."""
+    """The table at ``path`` or the current device's (:func:`resolve_table`; None when none)."""
     if path is None:
-        try:
-            from ..runtime import device_info  # noqa: PLC0415
-            path = str(TUNING_DIR / f"{device_slug(device_info()['name'])}.json")
-        except Exception:  # noqa: BLE001 - no device, no table
+        path = table_origin()[0]
+        if path is None:
             return None
     p = Path(path)
     if not p.exists():

@@ -172,3 +172,19 @@ def test_a_wrong_candidate_is_never_chosen(monkeypatch):
     assert len(bad) == 1 and bad[0]["time_us"] is None and "exceeds" in bad[0]["error"], bad
     assert any("FAILED" in s for s in logs)
     assert [x["config"][3] for x in res["engine"]] == [0]
+
+
+def test_device_without_table_reads_nearest_or_defaults(tmp_path):
+    """An H200 with no h200.json reads h100.json (same chip) and says so; an unknown device
+    runs the defaults and says how to measure a table; a device's own table wins."""
+    from mactile.gpu.tuning import resolve_table
+
+    (tmp_path / "h100.json").write_text("{}")
+    path, why = resolve_table("NVIDIA H200", tmp_path)
+    assert path == tmp_path / "h100.json" and "no table measured on NVIDIA H200" in why
+    assert "bench tune --tuning-out gpu/tuning/h200.json" in why
+    path, why = resolve_table("NVIDIA B300", tmp_path)
+    assert path is None and "engine's defaults run" in why
+    (tmp_path / "h200.json").write_text("{}")
+    path, why = resolve_table("NVIDIA H200", tmp_path)
+    assert path == tmp_path / "h200.json" and "measured on this device kind" in why
