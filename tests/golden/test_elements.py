@@ -321,3 +321,81 @@ def test_float32_fast_paths_equal_field_path(fmt, rng):
     with np.errstate(over="ignore"):  # beyond FP16: Inf, which saturates
         x16 = x.astype(np.float16)
     assert np.array_equal(fmt.encode(x16), fmt.encode(x16.astype(np.float64)))
+
+
+# --------------------------------------------------------------------------- midpoints
+def _exact_in(v: np.ndarray, dtype) -> np.ndarray:
+    """Where ``v`` (float64) is exact in ``dtype`` and has a finite next value above."""
+    with np.errstate(over="ignore"):
+        d = v.astype(dtype)
+        return (d.astype(np.float64) == v) & np.isfinite(np.nextafter(d, dtype(np.inf)))
+
+
+def _either_side(v: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``v`` in ``dtype`` (kept where :func:`_exact_in`) and the next ``dtype`` values below
+    and above it."""
+    v = v[_exact_in(v, dtype)].astype(dtype)
+    return v, np.nextafter(v, dtype(0)), np.nextafter(v, dtype(np.inf))
+
+
+def _expected_side(rounding: Rounding, tie_up: np.ndarray):
+    """Index offset (0: lower neighbour, 1: upper) of the result just below, at and just
+    above a midpoint, by the definition of each rounding (not by the encoder)."""
+    if rounding is Rounding.TOWARD_ZERO:
+        return 0, np.zeros_like(tie_up), 0
+    at = tie_up if rounding is Rounding.NEAREST_EVEN else np.ones_like(tie_up)
+    return 0, at, 1
+
+
+@pytest.mark.parametrize("fmt", [f for f in SMALL_FLOATS + [FP16]], ids=lambda f: f.name)
+@pytest.mark.parametrize("rounding", list(Rounding), ids=lambda r: r.value)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16], ids=lambda d: d.__name__)
+def test_every_midpoint_and_its_neighbours(fmt, rounding, dtype):
+    """Each midpoint between neighbouring magnitudes, and the next value of the input dtype
+    below and above it, both signs, by every rounding. ``floor(k + 0.5)`` in float64 once
+    rounded the float64 value just below the first midpoint up (FP4 ``nextafter(0.25, 0)``
+    gave 0.5)."""
+    mags = fmt.finite_magnitudes
+    mids = (mags[:-1] + mags[1:]) / 2.0
+    idx = np.arange(len(mids))
+    # Ties to even go to the even code; E8M0 (no mantissa bits) ties up, as ml_dtypes does.
+    tie_up = ((idx + 1) % 2 == 0) if fmt.man_bits else np.ones(len(mids), bool)
+    keep = _exact_in(mids, dtype)
+    if not keep.any():
+        pytest.skip(f"no {fmt.name} midpoint is exact in {np.dtype(dtype).name}")
+    below_off, at_off, above_off = _expected_side(rounding, tie_up)
+    at, below, above = _either_side(mids, dtype)
+    lo, hi, i = mags[:-1][keep], mags[1:][keep], idx[keep]
+    inside_b, inside_a = below > lo, above < hi  # strictly between the neighbours
+    x = np.concatenate([below[inside_b], at, above[inside_a]])
+    want = np.concatenate([i[inside_b] + below_off, i + at_off[keep], i[inside_a] + above_off])
+    # The magnitude codes are 0..max_code in magnitude order (E8M0's code 0 is 2**-127).
+    want = want.astype(np.int64)
+    if fmt.signed:
+        x = np.concatenate([x, -x])
+        want = np.concatenate([want, want | fmt.sign_mask])
+    got = fmt.encode(x, rounding=rounding).astype(np.int64)
+    bad = got != want
+    assert not bad.any(), (f"{fmt.name} {rounding.value} {np.dtype(dtype).name}: "
+                           f"x={x[bad][:4]!r} got {got[bad][:4]} want {want[bad][:4]}")
+    general = fmt._encode_general(x.astype(np.float64), rounding=rounding, saturate=True)
+    assert np.array_equal(general.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("fmt", [INT4, INT5, INT6, INT8, UINT4, UINT8], ids=lambda f: f.name)
+@pytest.mark.parametrize("rounding", list(Rounding), ids=lambda r: r.value)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+def test_every_integer_midpoint_and_its_neighbours(fmt, rounding, dtype):
+    """``k + 0.5`` for every in-range integer ``k``, and the next value of the input dtype
+    below and above it, both signs (sign-magnitude rounding, then the clamp)."""
+    k = np.arange(0, max(abs(fmt.min_int), fmt.max_int) + 1)
+    at, below, above = _either_side(k + 0.5, dtype)
+    tie_up = k % 2 == 1  # k + 0.5 ties to the even one of k, k + 1
+    below_off, at_off, above_off = _expected_side(rounding, tie_up)
+    x = np.concatenate([below, at, above]).astype(np.float64)
+    mag = np.concatenate([k + below_off, k + at_off, k + above_off])
+    x, mag = np.concatenate([x, -x]), np.concatenate([mag, -mag])
+    want = np.clip(mag, fmt.min_int, fmt.max_int)
+    got = fmt.decode(fmt.encode(x.astype(dtype), rounding=rounding))
+    bad = got != want
+    assert not bad.any(), f"{fmt.name} {rounding.value}: x={x[bad][:4]!r} got {got[bad][:4]}"

@@ -248,3 +248,31 @@ def test_live_against_installed_peers():
             compare(cfg, x, y, codes, scales)
         if os.environ.get("MICROXCALING"):
             compare("microxcaling-mxfp4", x, pv.microxcaling_run(x, os.environ["MICROXCALING"]))
+
+
+# --------------------------------------------------------------------------- edge cases
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("conv", ["ocp", "microxcaling"])
+def test_mx_elements_either_side_of_every_fp4_midpoint(conv, dtype):
+    """Block max 4 (scale 2**0): the next value of the input dtype below and above each FP4
+    midpoint rounds to the nearer neighbour under every preset (float64 input once gave
+    0.5 for ``nextafter(0.25, 0)`` with ties away, where ``ocp`` gives 0). Exact ties
+    follow the preset: to even (ocp) or away (microxcaling)."""
+    mags = FP4_E2M1.finite_magnitudes
+    mids = (mags[:-1] + mags[1:]) / 2
+    below = np.nextafter(mids.astype(dtype), dtype(0))
+    above = np.nextafter(mids.astype(dtype), dtype(np.inf))
+    x = np.zeros((3, 32), dtype)
+    x[:, 0] = 4.0
+    x[0, 1:1 + len(mids)], x[1, 1:1 + len(mids)], x[2, 1:1 + len(mids)] = below, mids, above
+    x[:, 16:16 + len(mids)] = -x[:, 1:1 + len(mids)]
+    y = get_format("mxfp4", convention=conv).roundtrip(x)
+    away = conv == "microxcaling"
+    want_at = mags[1:] if away else np.where(np.arange(1, len(mags)) % 2 == 0, mags[1:], mags[:-1])
+    for row, want in ((0, mags[:-1]), (1, want_at), (2, mags[1:])):
+        assert np.array_equal(y[row, 1:1 + len(mids)], want), (conv, row)
+        assert np.array_equal(y[row, 16:16 + len(mids)], -want), (conv, row)
+    # The issue's block: [4.0, nextafter(0.25, 0), 0, ...] gives 0 like ocp.
+    b = np.zeros(32, dtype)
+    b[:2] = [4.0, np.nextafter(dtype(0.25), dtype(0))]
+    assert get_format("mxfp4", convention=conv).roundtrip(b)[1] == 0.0
