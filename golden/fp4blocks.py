@@ -287,6 +287,10 @@ class _TwoLevelFP4(BlockFormat):
             else:
                 denom = s_val
                 scaled = x32 * ((_F32(1.0) / t) / s_val)[:, None]
+                # A reciprocal that overflows FP32 (0 < T < 2**-128) saturates the non-zero
+                # elements, as the peer does, and would make 0 * inf = NaN of the zeros
+                # (torchao stores code 0b1011, a peer bug): zeros keep their signed zero.
+                np.copyto(scaled, x32, where=x32 == 0)
         zero = ~(denom > 0)
         if zero.any():
             np.copyto(scaled, _F32(0.0), where=zero[:, None])  # scale 0: the block holds zeros

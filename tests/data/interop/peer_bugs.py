@@ -40,17 +40,35 @@ class PeerBug:
     """A difference that is the peer's bug: ``where`` marks the elements it can touch,
     ``model`` gives the peer's values there; ``always``: the peer computes ``model`` on all
     of them (else, where the trigger depends on the peer's float32 ``log2``, on each element
-    either ``model`` or the correct value)."""
+    either ``model`` or the correct value); ``case``: see below."""
 
     name: str
     where: Callable
     model: Callable
     always: bool = True
+    #: The input case of ``peer_vectors.cases`` made to show it, where the committed
+    #: vectors predate the bug's model (None: the committed vectors show it).
+    case: str | None = None
 
 
 def _tensor_scale_zero(x, q):
     t = np.float32(np.abs(x).max()) / np.float32(2688.0)
     return np.full(x.shape, t == 0)
+
+
+def _reciprocal_overflow_zeros(x, q):
+    # nvfp4_quantize: reciprocal_scale = (1 / T) / s overflows FP32; 0 * inf is NaN.
+    s = q.format.scale_format.values[q.scales].astype(np.float32)
+    with np.errstate(over="ignore", divide="ignore"):
+        r = (np.float32(1.0) / np.float32(q.tensor_scale)) / s
+    return per_element(np.isinf(r), q.format.block_size).reshape(x.shape) & (x == 0)
+
+
+def _nan_code_1011(x, q):
+    # _f32_to_floatx_unpacked turns the NaN 0xFFC00000 (x86's 0 * inf) into code 0b1011,
+    # -1.5; NVFP4Tensor.dequantize gives fl32(fl32(T * s) * -1.5).
+    s = q.format.scale_format.values[q.scales].astype(np.float32) * np.float32(q.tensor_scale)
+    return per_element(s * np.float32(-1.5), q.format.block_size).reshape(x.shape)
 
 
 def _code0(x, q):
@@ -109,6 +127,8 @@ PEER_BUGS: dict[str, list[PeerBug]] = {
     "torchao-nvfp4-tensor-scale": [
         PeerBug("zero per-tensor scale gives NaN", _tensor_scale_zero,
                 lambda x, q: np.full(x.shape, np.nan)),
+        PeerBug("reciprocal overflow gives NaN", _reciprocal_overflow_zeros, _nan_code_1011,
+                case="reciprocal-overflow"),
     ],
     "torchao-mx-floor": [PeerBug("E8M0 code 0 scales by 2**-126", _code0, _code0_div_min_normal)],
     "torchao-mx-ceil": [PeerBug("E8M0 code 0 scales by 2**-126", _code0, _code0_div_min_normal)],
