@@ -230,6 +230,8 @@ def _encode_fp4(scaled: np.ndarray, x: np.ndarray, conv: Convention) -> np.ndarr
         codes = FP4_E2M1.encode(scaled, rounding=Rounding.NEAREST_AWAY)
     if conv.negative_zero is NegativeZero.POSITIVE:
         codes[(x == 0) & np.signbit(x)] = 0
+    elif conv.negative_zero is NegativeZero.POSITIVE_AFTER_SCALING:
+        codes[scaled == 0] = 0  # -0.0 input, and negatives that underflowed when scaled
     return codes
 
 

@@ -148,7 +148,7 @@ def test_presets_and_their_differences():
                                "element_scaling": "reciprocal", "dequantize": "fp32"}
     assert convention_for("mxfp4", "torchao").differences() == {"mx_scale_rule": "rceil"}
     assert convention_for("mxfp4", "microxcaling").differences() == {
-        "element_ties": "away", "negative_zero": "positive"}
+        "element_ties": "away", "negative_zero": "positive-after-scaling"}
     assert convention_for("mxfp4", "ocp", mx_scale_rule="ceil").label("mxfp4") == \
         "ocp+mx_scale_rule=ceil"
     assert NVFP4(convention=t).describe() == "nvfp4(block_size=16, convention='torchao')"
@@ -184,7 +184,8 @@ def test_require_default_convention():
         require_default_convention(fmt, "the RTL tensor core")
     assert str(e.value) == (
         "the RTL tensor core implements mxfp4 with the default (ocp) convention only; this "
-        "mxfp4 uses convention 'microxcaling' (element_ties=away, negative_zero=positive). "
+        "mxfp4 uses convention 'microxcaling' (element_ties=away, "
+        "negative_zero=positive-after-scaling). "
         "Quantize with the default convention for it.")
 
 
@@ -323,3 +324,26 @@ def test_torchao_reciprocal_overflow_keeps_zeros():
     assert same(bug.model(x, q).reshape(-1)[where.reshape(-1)], want[where.reshape(-1)]).all()
     # The default convention divides by T * s (finite): no overflow, nearest values.
     assert list(get_format("nvfp4").quantize(x).codes.reshape(-1)[:4]) == [7, 8, 0, 8]
+
+
+def test_microxcaling_scaled_underflow_gives_positive_zero():
+    """microxcaling's element cast sees ``x / 2**e`` in FP32: a negative element that
+    underflows there is a zero, and ``torch.sign`` of a zero is +0, so it comes back +0
+    like a -0.0 input (``negative_zero=positive-after-scaling``, the preset's value); a
+    negative element that merely rounds to FP4 zero keeps its sign. ``positive`` changes
+    only -0.0 input; float64 input scales in float64, where these do not underflow."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, :6] = [2.0 ** 100, -1e-45, -1e-20, -0.0, -2.0 ** 97, 1e-30]
+    pos = get_format("mxfp4", convention="microxcaling").roundtrip(x)[0]
+    assert list(pos[:6]) == [2.0 ** 100, 0.0, 0.0, 0.0, -2.0 ** 97, 0.0]
+    assert not np.signbit(pos[1:4]).any() and np.signbit(pos[4])
+    only_minus0 = get_format("mxfp4", convention="microxcaling",
+                             negative_zero="positive").roundtrip(x)[0]
+    assert list(np.signbit(only_minus0[1:4])) == [True, True, False]
+    assert np.signbit(MXFP4().roundtrip(x)[0, 1:4]).all()  # ocp keeps every sign
+    y = np.zeros((1, 32), np.float32)
+    y[0, :3] = [4.0, -0.1, -0.0]  # -0.1 rounds to FP4 -0 without underflowing
+    pos = get_format("mxfp4", convention="microxcaling").roundtrip(y)[0]
+    assert list(np.signbit(pos[1:3])) == [True, False]
+    x64 = get_format("mxfp4", convention="microxcaling").roundtrip(x.astype(np.float64))[0]
+    assert list(np.signbit(x64[1:4])) == [True, True, False]

@@ -106,9 +106,11 @@ def _amax_below_pow2(x, q):
 
 
 def _mx_one_binade_high(x, q):
+    # A / 2**e in FP32 (exact but where it underflows); a zero there comes back +0.
     e = per_element(_scale_exp(q) + 1, q.format.block_size).reshape(x.shape)
-    y = _fp4(np.ldexp(x.astype(np.float64), -e), Rounding.NEAREST_AWAY) * np.exp2(e)
-    return np.where((x == 0) & np.signbit(x), 0.0, y)
+    scaled = x.astype(np.float32) * np.exp2(-e).astype(np.float32)
+    y = _fp4(scaled, Rounding.NEAREST_AWAY) * np.exp2(e)
+    return np.where(scaled == 0, 0.0, y)
 
 
 def _just_below_quarter(x, q):
