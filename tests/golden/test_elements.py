@@ -6,7 +6,9 @@ IEEE float16 cast (FP16), and the naive exact nearest-value search of
 would round to FP32 first). The fast table encode path and the general field-by-field path
 are compared on every input set.
 
-``ml_dtypes`` converts float64 through float32 (double rounding), so it is fed float32 only.
+``ml_dtypes`` before 0.7 converts float64 through float32 (double rounding) and rounds E8M0
+of float32 subnormals up; 0.7 (what the [dev] extra installs) fixes both, and is fed float64
+and those subnormals too (older versions: float32 only, subnormals against the exact search).
 """
 from __future__ import annotations
 
@@ -31,13 +33,17 @@ ML_TWINS = {
     "e8m0": (E8M0, ml_dtypes.float8_e8m0fnu),
 }
 SMALL_FLOATS = [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, E3M3, E8M0]
+#: ml_dtypes 0.7 fixed both bugs docs/formats.md lists (float64 double rounding, E8M0 of
+#: FP32 subnormals); older versions are checked around them.
+ML_FIXED = tuple(int(p) for p in ml_dtypes.__version__.split(".")[:2]) >= (0, 7)
 
 
-def ml_codes(x32: np.ndarray, ml_type) -> np.ndarray:
-    """Codes of an ml_dtypes cast from float32 (the low bits of each byte)."""
-    assert x32.dtype == np.float32
+def ml_codes(x: np.ndarray, ml_type) -> np.ndarray:
+    """Codes of an ml_dtypes cast from float32 (float64 too from 0.7: no double rounding)
+    (the low bits of each byte)."""
+    assert x.dtype == np.float32 or (x.dtype == np.float64 and ML_FIXED)
     with np.errstate(over="ignore", invalid="ignore"):
-        return x32.astype(ml_type).view(np.uint8)
+        return x.astype(ml_type).view(np.uint8)
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:
@@ -145,9 +151,9 @@ def test_e4m3_nan_and_inf_input():
     assert list(FP8_E4M3.encode(x)) == [0x7F, 0xFF, 0x7E, 0xFE]
 
 
-#: ml_dtypes 0.x rounds every float32 *subnormal* in (2**-127, 2**-126) up to 2**-126 (its
-#: bit trick treats the subnormal mantissa as a normal one), although 1.1 * 2**-127 is nearer
-#: 2**-127. That range is checked against the exact search instead.
+#: ml_dtypes 0.5-0.6 round every float32 *subnormal* in (2**-127, 2**-126) up to 2**-126
+#: (the bit trick treats the subnormal mantissa as a normal one), although 1.1 * 2**-127 is
+#: nearer 2**-127. With those versions that range is checked against the exact search.
 E8M0_ML_QUIRK = (2.0 ** -127, 2.0 ** -126)
 
 
@@ -156,7 +162,7 @@ def test_e8m0_encode_matches_ml_dtypes(rng):
     E8M0 has no zero); zero, negatives and NaN give the NaN code 0xFF."""
     x = probe_values(E8M0, rng)
     x = np.concatenate([x, np.float32([2.0 ** -128, 2.0 ** -130, 1e-45, 1.4e-45, 2.9e-39])])
-    quirk = (x > E8M0_ML_QUIRK[0]) & (x < E8M0_ML_QUIRK[1])
+    quirk = (x > E8M0_ML_QUIRK[0]) & (x < E8M0_ML_QUIRK[1]) & (not ML_FIXED)
     assert np.array_equal(E8M0.encode(x[quirk]), [ref.nearest_code(v, E8M0) for v in x[quirk]])
     x = x[~quirk]
     want = ml_codes(x, ml_dtypes.float8_e8m0fnu)
@@ -166,6 +172,38 @@ def test_e8m0_encode_matches_ml_dtypes(rng):
     bad = np.array([0.0, -0.0, -1.0, -2.0 ** -130, np.nan], np.float32)
     assert list(E8M0.encode(bad)) == [0xFF] * 5
     assert np.array_equal(E8M0.encode(bad), ml_codes(bad, ml_dtypes.float8_e8m0fnu))
+
+
+def test_ml_dtypes_bugs_by_version():
+    """The two ml_dtypes bugs docs/formats.md lists, on their reproducers: present before
+    0.7 (seen in 0.4.1, 0.5.4, 0.6.0; E8M0 exists from 0.5), fixed in 0.7.0. mactile gives
+    the nearest value either way."""
+    x64 = np.float64([1.0625 + 2.0 ** -30])  # nearer 1.125 than 1.0
+    sub = np.float32([1.1 * 2.0 ** -127])  # nearer 2**-127 than 2**-126
+    e4m3 = x64.astype(ml_dtypes.float8_e4m3fn).astype(np.float64)[0]
+    e8m0 = sub.astype(ml_dtypes.float8_e8m0fnu).astype(np.float64)[0]
+    assert (e4m3, e8m0) == ((1.125, 2.0 ** -127) if ML_FIXED else (1.0, 2.0 ** -126))
+    assert FP8_E4M3.quantize(x64)[0] == 1.125 and E8M0.quantize(sub)[0] == 2.0 ** -127
+
+
+@pytest.mark.skipif(not ML_FIXED, reason="ml_dtypes < 0.7 rounds float64 through float32")
+@pytest.mark.parametrize("name", sorted(ML_TWINS))
+def test_float64_encode_matches_ml_dtypes(name, rng):
+    """float64 input (every code, midpoint and the float64 values either side of both,
+    random values, FP32 subnormals and below) against ml_dtypes >= 0.7's direct cast."""
+    fmt, ml_type = ML_TWINS[name]
+    x = probe_values(fmt, rng, dtype=np.float64)
+    x = np.concatenate([x, np.ldexp(rng.uniform(1, 2, 2000), rng.integers(-160, -120, 2000))])
+    if not fmt.signed:
+        x = x[x > 0]
+    want = ml_codes(x, ml_type)
+    if fmt.specials is Specials.NONE:
+        assert np.array_equal(fmt.encode(x), want)
+    else:  # ml_dtypes does not saturate: compare there, and clamped input saturating
+        assert np.array_equal(fmt.encode(x, saturate=False), want)
+        clamped = np.clip(x, -fmt.max_value, fmt.max_value) if fmt.signed else \
+            np.minimum(x, fmt.max_value)
+        assert np.array_equal(fmt.encode(x), ml_codes(clamped, ml_type))
 
 
 def test_e8m0_ties_go_up_as_ml_dtypes():
