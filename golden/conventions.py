@@ -116,7 +116,10 @@ class ElementScaling(enum.Enum):
     """How NVFP4 scales an element before rounding it to FP4, in FP32: ``DIVIDE``
     ``x / (T * s)`` (RaZeR Eq. 3) or ``RECIPROCAL`` ``x * ((1 / T) / s)`` (torchao, to
     match its Triton kernel). They differ where the quotient is an exact FP4 tie and the
-    reciprocal is inexact (``s`` not a power of two)."""
+    reciprocal is inexact (``s`` not a power of two), and where ``(1 / T) / s`` overflows
+    FP32 (``0 < T < 2**-128``): ``RECIPROCAL`` then saturates every non-zero element at
+    +-6, as torchao does, and keeps each zero's sign (torchao's ``0 * inf`` gives NaN
+    there, a peer bug: docs/formats.md)."""
 
     DIVIDE = "divide"
     RECIPROCAL = "reciprocal"
@@ -154,7 +157,8 @@ class Convention:
     element_ties : ElementTies
         Both: FP4 rounding of exact ties.
     negative_zero : NegativeZero
-        Both: the sign of a -0.0 input element.
+        Both: which zero elements are stored as +0 (a -0.0 input; with
+        ``positive-after-scaling`` also negatives that underflow when scaled).
     """
 
     tensor_scale: bool = True
