@@ -24,7 +24,7 @@ Examples
 >>> from mactile.golden import MXFP4, convention_for
 >>> c = convention_for("mxfp4", "microxcaling")
 >>> c.element_ties.value, c.negative_zero.value
-('away', 'positive')
+('away', 'positive-after-scaling')
 >>> MXFP4(convention=c).describe()
 "mxfp4(block_size=32, convention='microxcaling')"
 >>> MXFP4(convention=c).is_default_convention()
@@ -81,12 +81,26 @@ class ElementTies(enum.Enum):
 
 
 class NegativeZero(enum.Enum):
-    """A ``-0.0`` input element: ``KEEP`` its sign (code ``0b1000``, dequantizes to -0.0)
-    or store ``POSITIVE`` zero (microxcaling: ``torch.sign(-0.0)`` is +0). Negative values
-    that round to zero keep their sign either way."""
+    """The sign of a zero element.
+
+    ``KEEP``
+        a ``-0.0`` input is stored as ``-0`` (code ``0b1000``, dequantizes to -0.0);
+    ``POSITIVE``
+        a ``-0.0`` input is stored as ``+0``;
+    ``POSITIVE_AFTER_SCALING``
+        every element whose *scaled* value (``x / scale``, in FP32 for float32 input) is a
+        zero is stored as ``+0``: a ``-0.0`` input, and a negative element so small that
+        scaling underflows it (microxcaling: ``torch.sign`` of that zero is +0; block
+        ``[2**100, -1e-45, 0, ...]`` gives ``+0`` for ``-1e-45``).
+
+    Under every value a negative element whose scaled value is non-zero but rounds to FP4
+    zero keeps its sign (``-0``), but in an NVFP4 block whose scale is zero (stored as +0
+    codes).
+    """
 
     KEEP = "keep"
     POSITIVE = "positive"
+    POSITIVE_AFTER_SCALING = "positive-after-scaling"
 
 
 class ScaleArgument(enum.Enum):
@@ -102,7 +116,10 @@ class ElementScaling(enum.Enum):
     """How NVFP4 scales an element before rounding it to FP4, in FP32: ``DIVIDE``
     ``x / (T * s)`` (RaZeR Eq. 3) or ``RECIPROCAL`` ``x * ((1 / T) / s)`` (torchao, to
     match its Triton kernel). They differ where the quotient is an exact FP4 tie and the
-    reciprocal is inexact (``s`` not a power of two)."""
+    reciprocal is inexact (``s`` not a power of two), and where ``(1 / T) / s`` overflows
+    FP32 (``0 < T < 2**-128``): ``RECIPROCAL`` then saturates every non-zero element at
+    +-6, as torchao does, and keeps each zero's sign (torchao's ``0 * inf`` gives NaN
+    there, a peer bug: docs/formats.md)."""
 
     DIVIDE = "divide"
     RECIPROCAL = "reciprocal"
@@ -140,7 +157,8 @@ class Convention:
     element_ties : ElementTies
         Both: FP4 rounding of exact ties.
     negative_zero : NegativeZero
-        Both: the sign of a -0.0 input element.
+        Both: which zero elements are stored as +0 (a -0.0 input; with
+        ``positive-after-scaling`` also negatives that underflow when scaled).
     """
 
     tensor_scale: bool = True
@@ -232,7 +250,8 @@ PRESETS: dict[str, dict[str, Convention]] = {
         "mxfp4": Convention(mx_scale_rule=MXScaleRule.RCEIL),
     },
     "microxcaling": {
-        "mxfp4": Convention(element_ties=ElementTies.AWAY, negative_zero=NegativeZero.POSITIVE),
+        "mxfp4": Convention(element_ties=ElementTies.AWAY,
+                            negative_zero=NegativeZero.POSITIVE_AFTER_SCALING),
     },
 }
 

@@ -75,12 +75,17 @@ def code_dtype(bits: int) -> np.dtype:
 def round_significand(k: np.ndarray, rounding: Rounding) -> np.ndarray:
     """Round non-negative real significands ``k`` to integers.
 
-    ``k`` are exact (power-of-two scaled) float64 values, so the result is exact.
+    ``k`` are exact (power-of-two scaled) float64 values, so the result is exact. No mode
+    adds a half: ``floor(k + 0.5)`` rounds ``k + 0.5`` first, and ``k = 0.5 - 2**-54``
+    gives ``1.0`` (FP4 ``nextafter(0.25, 0)`` became 0.5). The fraction ``k - floor(k)``
+    is exact.
     """
     if rounding is Rounding.NEAREST_EVEN:
         return np.rint(k)  # IEEE: ties to even
     if rounding is Rounding.NEAREST_AWAY:
-        return np.floor(k + 0.5)
+        f = np.floor(k)
+        with np.errstate(invalid="ignore"):  # Inf - Inf: NaN >= 0.5 is False, Inf stays
+            return f + (k - f >= 0.5)
     if rounding is Rounding.TOWARD_ZERO:
         return np.floor(k)
     raise ValueError(f"unknown rounding {rounding!r}")

@@ -230,6 +230,8 @@ def _encode_fp4(scaled: np.ndarray, x: np.ndarray, conv: Convention) -> np.ndarr
         codes = FP4_E2M1.encode(scaled, rounding=Rounding.NEAREST_AWAY)
     if conv.negative_zero is NegativeZero.POSITIVE:
         codes[(x == 0) & np.signbit(x)] = 0
+    elif conv.negative_zero is NegativeZero.POSITIVE_AFTER_SCALING:
+        codes[scaled == 0] = 0  # -0.0 input, and negatives that underflowed when scaled
     return codes
 
 
@@ -287,6 +289,10 @@ class _TwoLevelFP4(BlockFormat):
             else:
                 denom = s_val
                 scaled = x32 * ((_F32(1.0) / t) / s_val)[:, None]
+                # A reciprocal that overflows FP32 (0 < T < 2**-128) saturates the non-zero
+                # elements, as the peer does, and would make 0 * inf = NaN of the zeros
+                # (torchao stores code 0b1011, a peer bug): zeros keep their signed zero.
+                np.copyto(scaled, x32, where=x32 == 0)
         zero = ~(denom > 0)
         if zero.any():
             np.copyto(scaled, _F32(0.0), where=zero[:, None])  # scale 0: the block holds zeros

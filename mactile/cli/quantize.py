@@ -50,7 +50,8 @@ def register(sub) -> None:
     conv.add_argument("--ties", choices=[m.value for m in ElementTies],
                       help="FP4 ties to even (default) or away from zero")
     conv.add_argument("--negative-zero", choices=[m.value for m in NegativeZero],
-                      help="-0.0 input: keep its sign or store +0")
+                      help="-0.0 input: keep its sign or store +0 (positive-after-scaling: "
+                           "also negatives that underflow when scaled)")
     p.add_argument("--codes", metavar="FILE.npz",
                    help="also write codes, scales and metadata exactly as stored")
     p.add_argument("input", metavar="IN.npy")

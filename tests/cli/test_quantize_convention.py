@@ -12,6 +12,8 @@ from mactile.golden import get_format
      {"convention": "torchao", "mx_scale_rule": "even"}),
     (["--format", "nvfp4", "--convention", "torchao", "--tensor-scale", "off"], "nvfp4",
      {"convention": "torchao", "tensor_scale": False}),
+    (["--format", "mxfp4", "--negative-zero", "positive-after-scaling"], "mxfp4",
+     {"negative_zero": "positive-after-scaling"}),
     (["--format", "nvfp4", "--ties", "away", "--negative-zero", "positive", "--scale-argument",
       "sequential", "--element-scaling", "reciprocal", "--dequantize", "fp32",
       "--block-scale-floor", "0.015625"], "nvfp4",

@@ -6,7 +6,9 @@ IEEE float16 cast (FP16), and the naive exact nearest-value search of
 would round to FP32 first). The fast table encode path and the general field-by-field path
 are compared on every input set.
 
-``ml_dtypes`` converts float64 through float32 (double rounding), so it is fed float32 only.
+``ml_dtypes`` before 0.7 converts float64 through float32 (double rounding) and rounds E8M0
+of float32 subnormals up; 0.7 (what the [dev] extra installs) fixes both, and is fed float64
+and those subnormals too (older versions: float32 only, subnormals against the exact search).
 """
 from __future__ import annotations
 
@@ -31,13 +33,17 @@ ML_TWINS = {
     "e8m0": (E8M0, ml_dtypes.float8_e8m0fnu),
 }
 SMALL_FLOATS = [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, E3M3, E8M0]
+#: ml_dtypes 0.7 fixed both bugs docs/formats.md lists (float64 double rounding, E8M0 of
+#: FP32 subnormals); older versions are checked around them.
+ML_FIXED = tuple(int(p) for p in ml_dtypes.__version__.split(".")[:2]) >= (0, 7)
 
 
-def ml_codes(x32: np.ndarray, ml_type) -> np.ndarray:
-    """Codes of an ml_dtypes cast from float32 (the low bits of each byte)."""
-    assert x32.dtype == np.float32
+def ml_codes(x: np.ndarray, ml_type) -> np.ndarray:
+    """Codes of an ml_dtypes cast from float32 (float64 too from 0.7: no double rounding)
+    (the low bits of each byte)."""
+    assert x.dtype == np.float32 or (x.dtype == np.float64 and ML_FIXED)
     with np.errstate(over="ignore", invalid="ignore"):
-        return x32.astype(ml_type).view(np.uint8)
+        return x.astype(ml_type).view(np.uint8)
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:
@@ -145,9 +151,9 @@ def test_e4m3_nan_and_inf_input():
     assert list(FP8_E4M3.encode(x)) == [0x7F, 0xFF, 0x7E, 0xFE]
 
 
-#: ml_dtypes 0.x rounds every float32 *subnormal* in (2**-127, 2**-126) up to 2**-126 (its
-#: bit trick treats the subnormal mantissa as a normal one), although 1.1 * 2**-127 is nearer
-#: 2**-127. That range is checked against the exact search instead.
+#: ml_dtypes 0.5-0.6 round every float32 *subnormal* in (2**-127, 2**-126) up to 2**-126
+#: (the bit trick treats the subnormal mantissa as a normal one), although 1.1 * 2**-127 is
+#: nearer 2**-127. With those versions that range is checked against the exact search.
 E8M0_ML_QUIRK = (2.0 ** -127, 2.0 ** -126)
 
 
@@ -156,7 +162,7 @@ def test_e8m0_encode_matches_ml_dtypes(rng):
     E8M0 has no zero); zero, negatives and NaN give the NaN code 0xFF."""
     x = probe_values(E8M0, rng)
     x = np.concatenate([x, np.float32([2.0 ** -128, 2.0 ** -130, 1e-45, 1.4e-45, 2.9e-39])])
-    quirk = (x > E8M0_ML_QUIRK[0]) & (x < E8M0_ML_QUIRK[1])
+    quirk = (x > E8M0_ML_QUIRK[0]) & (x < E8M0_ML_QUIRK[1]) & (not ML_FIXED)
     assert np.array_equal(E8M0.encode(x[quirk]), [ref.nearest_code(v, E8M0) for v in x[quirk]])
     x = x[~quirk]
     want = ml_codes(x, ml_dtypes.float8_e8m0fnu)
@@ -166,6 +172,38 @@ def test_e8m0_encode_matches_ml_dtypes(rng):
     bad = np.array([0.0, -0.0, -1.0, -2.0 ** -130, np.nan], np.float32)
     assert list(E8M0.encode(bad)) == [0xFF] * 5
     assert np.array_equal(E8M0.encode(bad), ml_codes(bad, ml_dtypes.float8_e8m0fnu))
+
+
+def test_ml_dtypes_bugs_by_version():
+    """The two ml_dtypes bugs docs/formats.md lists, on their reproducers: present before
+    0.7 (seen in 0.4.1, 0.5.4, 0.6.0; E8M0 exists from 0.5), fixed in 0.7.0. mactile gives
+    the nearest value either way."""
+    x64 = np.float64([1.0625 + 2.0 ** -30])  # nearer 1.125 than 1.0
+    sub = np.float32([1.1 * 2.0 ** -127])  # nearer 2**-127 than 2**-126
+    e4m3 = x64.astype(ml_dtypes.float8_e4m3fn).astype(np.float64)[0]
+    e8m0 = sub.astype(ml_dtypes.float8_e8m0fnu).astype(np.float64)[0]
+    assert (e4m3, e8m0) == ((1.125, 2.0 ** -127) if ML_FIXED else (1.0, 2.0 ** -126))
+    assert FP8_E4M3.quantize(x64)[0] == 1.125 and E8M0.quantize(sub)[0] == 2.0 ** -127
+
+
+@pytest.mark.skipif(not ML_FIXED, reason="ml_dtypes < 0.7 rounds float64 through float32")
+@pytest.mark.parametrize("name", sorted(ML_TWINS))
+def test_float64_encode_matches_ml_dtypes(name, rng):
+    """float64 input (every code, midpoint and the float64 values either side of both,
+    random values, FP32 subnormals and below) against ml_dtypes >= 0.7's direct cast."""
+    fmt, ml_type = ML_TWINS[name]
+    x = probe_values(fmt, rng, dtype=np.float64)
+    x = np.concatenate([x, np.ldexp(rng.uniform(1, 2, 2000), rng.integers(-160, -120, 2000))])
+    if not fmt.signed:
+        x = x[x > 0]
+    want = ml_codes(x, ml_type)
+    if fmt.specials is Specials.NONE:
+        assert np.array_equal(fmt.encode(x), want)
+    else:  # ml_dtypes does not saturate: compare there, and clamped input saturating
+        assert np.array_equal(fmt.encode(x, saturate=False), want)
+        clamped = np.clip(x, -fmt.max_value, fmt.max_value) if fmt.signed else \
+            np.minimum(x, fmt.max_value)
+        assert np.array_equal(fmt.encode(x), ml_codes(clamped, ml_type))
 
 
 def test_e8m0_ties_go_up_as_ml_dtypes():
@@ -321,3 +359,81 @@ def test_float32_fast_paths_equal_field_path(fmt, rng):
     with np.errstate(over="ignore"):  # beyond FP16: Inf, which saturates
         x16 = x.astype(np.float16)
     assert np.array_equal(fmt.encode(x16), fmt.encode(x16.astype(np.float64)))
+
+
+# --------------------------------------------------------------------------- midpoints
+def _exact_in(v: np.ndarray, dtype) -> np.ndarray:
+    """Where ``v`` (float64) is exact in ``dtype`` and has a finite next value above."""
+    with np.errstate(over="ignore"):
+        d = v.astype(dtype)
+        return (d.astype(np.float64) == v) & np.isfinite(np.nextafter(d, dtype(np.inf)))
+
+
+def _either_side(v: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``v`` in ``dtype`` (kept where :func:`_exact_in`) and the next ``dtype`` values below
+    and above it."""
+    v = v[_exact_in(v, dtype)].astype(dtype)
+    return v, np.nextafter(v, dtype(0)), np.nextafter(v, dtype(np.inf))
+
+
+def _expected_side(rounding: Rounding, tie_up: np.ndarray):
+    """Index offset (0: lower neighbour, 1: upper) of the result just below, at and just
+    above a midpoint, by the definition of each rounding (not by the encoder)."""
+    if rounding is Rounding.TOWARD_ZERO:
+        return 0, np.zeros_like(tie_up), 0
+    at = tie_up if rounding is Rounding.NEAREST_EVEN else np.ones_like(tie_up)
+    return 0, at, 1
+
+
+@pytest.mark.parametrize("fmt", [f for f in SMALL_FLOATS + [FP16]], ids=lambda f: f.name)
+@pytest.mark.parametrize("rounding", list(Rounding), ids=lambda r: r.value)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16], ids=lambda d: d.__name__)
+def test_every_midpoint_and_its_neighbours(fmt, rounding, dtype):
+    """Each midpoint between neighbouring magnitudes, and the next value of the input dtype
+    below and above it, both signs, by every rounding. ``floor(k + 0.5)`` in float64 once
+    rounded the float64 value just below the first midpoint up (FP4 ``nextafter(0.25, 0)``
+    gave 0.5)."""
+    mags = fmt.finite_magnitudes
+    mids = (mags[:-1] + mags[1:]) / 2.0
+    idx = np.arange(len(mids))
+    # Ties to even go to the even code; E8M0 (no mantissa bits) ties up, as ml_dtypes does.
+    tie_up = ((idx + 1) % 2 == 0) if fmt.man_bits else np.ones(len(mids), bool)
+    keep = _exact_in(mids, dtype)
+    if not keep.any():
+        pytest.skip(f"no {fmt.name} midpoint is exact in {np.dtype(dtype).name}")
+    below_off, at_off, above_off = _expected_side(rounding, tie_up)
+    at, below, above = _either_side(mids, dtype)
+    lo, hi, i = mags[:-1][keep], mags[1:][keep], idx[keep]
+    inside_b, inside_a = below > lo, above < hi  # strictly between the neighbours
+    x = np.concatenate([below[inside_b], at, above[inside_a]])
+    want = np.concatenate([i[inside_b] + below_off, i + at_off[keep], i[inside_a] + above_off])
+    # The magnitude codes are 0..max_code in magnitude order (E8M0's code 0 is 2**-127).
+    want = want.astype(np.int64)
+    if fmt.signed:
+        x = np.concatenate([x, -x])
+        want = np.concatenate([want, want | fmt.sign_mask])
+    got = fmt.encode(x, rounding=rounding).astype(np.int64)
+    bad = got != want
+    assert not bad.any(), (f"{fmt.name} {rounding.value} {np.dtype(dtype).name}: "
+                           f"x={x[bad][:4]!r} got {got[bad][:4]} want {want[bad][:4]}")
+    general = fmt._encode_general(x.astype(np.float64), rounding=rounding, saturate=True)
+    assert np.array_equal(general.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("fmt", [INT4, INT5, INT6, INT8, UINT4, UINT8], ids=lambda f: f.name)
+@pytest.mark.parametrize("rounding", list(Rounding), ids=lambda r: r.value)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+def test_every_integer_midpoint_and_its_neighbours(fmt, rounding, dtype):
+    """``k + 0.5`` for every in-range integer ``k``, and the next value of the input dtype
+    below and above it, both signs (sign-magnitude rounding, then the clamp)."""
+    k = np.arange(0, max(abs(fmt.min_int), fmt.max_int) + 1)
+    at, below, above = _either_side(k + 0.5, dtype)
+    tie_up = k % 2 == 1  # k + 0.5 ties to the even one of k, k + 1
+    below_off, at_off, above_off = _expected_side(rounding, tie_up)
+    x = np.concatenate([below, at, above]).astype(np.float64)
+    mag = np.concatenate([k + below_off, k + at_off, k + above_off])
+    x, mag = np.concatenate([x, -x]), np.concatenate([mag, -mag])
+    want = np.clip(mag, fmt.min_int, fmt.max_int)
+    got = fmt.decode(fmt.encode(x.astype(dtype), rounding=rounding))
+    bad = got != want
+    assert not bad.any(), f"{fmt.name} {rounding.value}: x={x[bad][:4]!r} got {got[bad][:4]}"

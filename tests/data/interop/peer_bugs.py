@@ -40,17 +40,35 @@ class PeerBug:
     """A difference that is the peer's bug: ``where`` marks the elements it can touch,
     ``model`` gives the peer's values there; ``always``: the peer computes ``model`` on all
     of them (else, where the trigger depends on the peer's float32 ``log2``, on each element
-    either ``model`` or the correct value)."""
+    either ``model`` or the correct value); ``case``: see below."""
 
     name: str
     where: Callable
     model: Callable
     always: bool = True
+    #: The input case of ``peer_vectors.cases`` made to show it, where the committed
+    #: vectors predate the bug's model (None: the committed vectors show it).
+    case: str | None = None
 
 
 def _tensor_scale_zero(x, q):
     t = np.float32(np.abs(x).max()) / np.float32(2688.0)
     return np.full(x.shape, t == 0)
+
+
+def _reciprocal_overflow_zeros(x, q):
+    # nvfp4_quantize: reciprocal_scale = (1 / T) / s overflows FP32; 0 * inf is NaN.
+    s = q.format.scale_format.values[q.scales].astype(np.float32)
+    with np.errstate(over="ignore", divide="ignore"):
+        r = (np.float32(1.0) / np.float32(q.tensor_scale)) / s
+    return per_element(np.isinf(r), q.format.block_size).reshape(x.shape) & (x == 0)
+
+
+def _nan_code_1011(x, q):
+    # _f32_to_floatx_unpacked turns the NaN 0xFFC00000 (x86's 0 * inf) into code 0b1011,
+    # -1.5; NVFP4Tensor.dequantize gives fl32(fl32(T * s) * -1.5).
+    s = q.format.scale_format.values[q.scales].astype(np.float32) * np.float32(q.tensor_scale)
+    return per_element(s * np.float32(-1.5), q.format.block_size).reshape(x.shape)
 
 
 def _code0(x, q):
@@ -88,9 +106,11 @@ def _amax_below_pow2(x, q):
 
 
 def _mx_one_binade_high(x, q):
+    # A / 2**e in FP32 (exact but where it underflows); a zero there comes back +0.
     e = per_element(_scale_exp(q) + 1, q.format.block_size).reshape(x.shape)
-    y = _fp4(np.ldexp(x.astype(np.float64), -e), Rounding.NEAREST_AWAY) * np.exp2(e)
-    return np.where((x == 0) & np.signbit(x), 0.0, y)
+    scaled = x.astype(np.float32) * np.exp2(-e).astype(np.float32)
+    y = _fp4(scaled, Rounding.NEAREST_AWAY) * np.exp2(e)
+    return np.where(scaled == 0, 0.0, y)
 
 
 def _just_below_quarter(x, q):
@@ -109,6 +129,8 @@ PEER_BUGS: dict[str, list[PeerBug]] = {
     "torchao-nvfp4-tensor-scale": [
         PeerBug("zero per-tensor scale gives NaN", _tensor_scale_zero,
                 lambda x, q: np.full(x.shape, np.nan)),
+        PeerBug("reciprocal overflow gives NaN", _reciprocal_overflow_zeros, _nan_code_1011,
+                case="reciprocal-overflow"),
     ],
     "torchao-mx-floor": [PeerBug("E8M0 code 0 scales by 2**-126", _code0, _code0_div_min_normal)],
     "torchao-mx-ceil": [PeerBug("E8M0 code 0 scales by 2**-126", _code0, _code0_div_min_normal)],

@@ -154,6 +154,18 @@ def cases(rng: np.random.Generator, shape=SHAPE) -> dict[str, np.ndarray]:
     t = np.zeros(shape, np.float32)
     t[0, :3] = [1e-45, -3e-45, 2e-45]  # FP32 subnormals: amax / 2688 underflows to 0
     res["tensor-underflow"] = t
+    # NVFP4 tensor scale 0 < T < 2**-128: 1 / T overflows FP32 (torchao's zeros become NaN).
+    t = np.zeros(shape, np.float32)
+    t[0, :4] = [1e-37, -3e-40, 0.0, -0.0]
+    t[1, ::3] = -1e-45
+    t[2] = -0.0
+    res["reciprocal-overflow"] = t
+    # Negatives that underflow FP32 when scaled by a large MX scale (microxcaling: +0).
+    t = np.zeros(shape, np.float32)
+    t[:, ::32] = 2.0 ** 100
+    t[:, 1:6] = [-1e-45, -1e-20, -0.0, -2.0 ** 97, 1e-30]
+    t[:, 33:36] = [-3e-38, -1e-40, -2.0 ** 90]
+    res["scaled-underflow"] = t
     assert all(v.shape == shape for v in res.values())
     return res
 
