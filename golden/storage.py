@@ -326,6 +326,7 @@ STORAGES: dict[str, BlockStorage] = {s.name: s for s in (
     _mx("mxfp8-e4m3", FP8_E4M3),
     _mx("mxfp8-e5m2", FP8_E5M2),
     _mx("mxfp6-e3m2", FP6_E3M2),
+    _mx("mxfp6-e2m3", FP6_E2M3),
     _mx("mxint8", INT8, element_log2=-6),
 )}
 
