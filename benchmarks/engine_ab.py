@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mactile.gpu.formats import ENGINE_FORMATS
+from mactile.gpu.formats import ENGINE, ENGINE_FORMATS, NESTEDFP_FORMATS
 
 
 def _sources(specs: list[str]) -> dict[str, str | None]:
@@ -138,10 +138,10 @@ def main(argv=None) -> int:
     try:
         for f in args.formats:
             for K, N in shapes:
-                if f.startswith("nestedfp"):
+                if f in NESTEDFP_FORMATS:
                     _, sets = nestedfp_weight_sets(cp, N, K, rng, L2)
-                    nbytes = (2 if f == "nestedfp16" else 1) * N * K
-                    mode = "fp16" if f == "nestedfp16" else "fp8"
+                    nbytes = ENGINE[f].planes * N * K
+                    mode = ENGINE[f].mode
                 else:
                     _, sets = fp4_weight_sets(cp, f, N, K, rng, L2, layouts=("frag",))
                     nbytes = sets[0].nbytes("frag")
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                         with _Constants(e, settings[n]):
                             cfgs[n] = e.config_for(f, M, nbytes, N=N)
                     cfg = cfgs[names[0]]
-                    if f.startswith("nestedfp"):
+                    if f in NESTEDFP_FORMATS:
                         def call(i, n, x=x):
                             sets[i](x, mode=mode, config=cfgs[n], y=ys[i])
                     else:
@@ -179,13 +179,13 @@ def main(argv=None) -> int:
                                 if args.resident:
                                     resident[n].append(time_launches(lambda i, n=n: call(i, n), n_sets=1).median_us)
                     best = {n: min(t) for n, t in times.items()}
-                    base = fp8_us if f == "nestedfp8" else fp16_us
+                    base = fp8_us if ENGINE[f].fp8 else fp16_us
                     rec = {"format": f, "K": K, "N": N, "M": M, "config": str(cfg), "weight_bytes": nbytes,
                            "settings": {n: settings[n] for n in names if settings[n]},
                            "configs": {n: str(c) for n, c in cfgs.items()},
                            "cublas_fp16_us": fp16_us, "cublas_fp8_us": fp8_us, "time_us": best,
                            "speedup": {n: base / t for n, t in best.items()},
-                           "speedup_vs": "cuBLAS FP8" if f == "nestedfp8" else "cuBLAS FP16"}
+                           "speedup_vs": "cuBLAS FP8" if ENGINE[f].fp8 else "cuBLAS FP16"}
                     if args.resident:
                         rec["resident_us"] = {n: min(t) for n, t in resident.items()}
                     records.append(rec)

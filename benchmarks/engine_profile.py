@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 
+from mactile.gpu.formats import ENGINE, NESTEDFP_FORMATS
+
 
 def main(argv) -> int:
     import cupy as cp
@@ -51,10 +53,10 @@ def main(argv) -> int:
             pw = pack_w4a16(random_quantized(FORMATS["nvfp4"], N, K, rng), layouts=("rowmajor",), xp=cp)
             act = quantize_activation(x, sync=True)
             run = lambda: gemv_w4a4(act, pw)  # noqa: E731
-        elif f.startswith("nestedfp"):
+        elif f in NESTEDFP_FORMATS:
             w = (rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
             layer = NestedFPLinear(cp.asarray(w))
-            mode = "fp16" if f == "nestedfp16" else "fp8"
+            mode = ENGINE[f].mode
             run = lambda: layer(x, mode=mode, config=cfg)  # noqa: E731
         else:
             pw = pack_w4a16(random_quantized(FORMATS[f], N, K, rng), layouts=("frag",), xp=cp)

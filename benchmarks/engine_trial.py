@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from mactile.gpu.formats import ENGINE, NESTEDFP_FORMATS
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
@@ -42,12 +44,12 @@ def main(argv=None) -> int:
         for M in (1, 16, 130):
             N, K = 256, 1024
             t0 = time.time()
-            if f.startswith("nestedfp"):
+            if f in NESTEDFP_FORMATS:
                 w = (rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
                 x = rng.standard_normal((M, K)).astype(np.float16)
                 layer = NestedFPLinear(cp.asarray(w))
                 cfg = e.config_for(f, M)
-                y = layer(cp.asarray(x), mode="fp16" if f == "nestedfp16" else "fp8", config=cfg).get()
+                y = layer(cp.asarray(x), mode=ENGINE[f].mode, config=cfg).get()
                 ref = x.astype(np.float64) @ w.astype(np.float64).T
                 rel = np.linalg.norm(y - ref) / np.linalg.norm(ref)
                 print(f"smoke {f:<11} M={M:<4} rel_l2 {rel:.2e} ({time.time() - t0:.1f}s)", flush=True)
@@ -110,15 +112,15 @@ def _alts(e, f, M):
 
 def _time_fmt(cp, e, f, cfg, M, N, K, x, rng, l2, rotation_count, time_launches, NestedFPLinear,
               quantize_e4m3, FORMATS, random_quantized, pack_w4a16):
-    if f.startswith("nestedfp"):
+    if f in NESTEDFP_FORMATS:
         w = (rng.standard_normal((N, K)) * 0.3).clip(-1.7, 1.7).astype(np.float16)
         layer = NestedFPLinear(cp.asarray(w))
-        nbytes = layer.upper.nbytes * (2 if f == "nestedfp16" else 1)
+        nbytes = layer.upper.nbytes * ENGINE[f].planes
         n = rotation_count(nbytes, l2_bytes=l2)
         layers = [layer] + [_nfp_copy(cp, layer) for _ in range(n - 1)]
         xs = [cp.asarray(x) for _ in range(n)]
         ys = [cp.empty((M, N), cp.float16) for _ in range(n)]
-        mode = "fp16" if f == "nestedfp16" else "fp8"
+        mode = ENGINE[f].mode
         t = time_launches(lambda i: layers[i](xs[i], mode=mode, config=cfg, y=ys[i]), n_sets=n)
         return t.median_us
     key = (f, K, N)

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
                 todo.append(("tc", lambda: gemm_tc(x, pw, out=y)))
             if "cc" in kinds and M <= 8:
                 todo.append(("cc", lambda: gemv_cc(x, pw, out=y)))
-            if "w4a4" in kinds and M <= 8 and fname == "nvfp4":
+            if "w4a4" in kinds and M <= 8 and pw.fmt.w4a4:
                 act = quantize_activation(x)
                 todo.append(("w4a4", lambda: gemv_w4a4(act, pw, out=y)))
                 todo.append(("quant", lambda: quantize_activation(x, out=act)))

@@ -5,9 +5,12 @@ testbenches and GPU packers derive their constants from the spec objects below a
 check themselves against these models.
 
 Element formats (:mod:`.elements`): ``FP4_E2M1``, ``FP6_E2M3``, ``FP6_E3M2``,
-``FP8_E4M3``, ``E3M3``, ``E8M0``, ``FP16``, ``INT4`` ... ``UINT8``.
+``FP8_E4M3``, ``FP8_E5M2``, ``E3M3``, ``E8M0``, ``FP16``, ``INT4`` ... ``UINT8``; each with
+its classifier record (``.classes``: zero, subnormal, normal, inf, nan codes).
 Block formats (:mod:`.registry`): ``nvfp4``, ``mxfp4``, ``razer``, ``razer-act``,
-``razer-g128``, ``dialectfp4``, ``int-group``, ``nestedfp``, ``nestedfp8``.
+``razer-g128``, ``dialectfp4``, ``int-group``, ``nestedfp``, ``nestedfp8``, and the OCP MX
+family from its storage entries (:mod:`.mx`: ``mxfp8-e4m3``, ``mxfp8-e5m2``, ``mxfp6-e2m3``,
+``mxfp6-e3m2``, ``mxint8``).
 Quantization conventions of ``nvfp4``/``mxfp4`` and the torchao/microxcaling presets:
 :mod:`.conventions`.
 """

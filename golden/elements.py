@@ -23,7 +23,7 @@ import numpy as np
 from . import validate
 
 __all__ = [
-    "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "E3M3", "E8M0", "FP16", "FP32",
+    "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "FP8_E5M2", "E3M3", "E8M0", "FP16", "FP32",
     "INT4", "INT5", "INT6", "INT8", "UINT4", "UINT8", "ELEMENT_FORMATS", "int_format",
     "Rounding",
     "Specials",
@@ -31,6 +31,8 @@ __all__ = [
     "IntFormat",
     "round_significand",
     "code_dtype",
+    "CodeClass",
+    "CodeClasses",
 ]
 
 
@@ -96,6 +98,64 @@ def _as_float64(x) -> np.ndarray:
     if a.dtype.kind not in "fiu":
         raise TypeError(f"expected a real numeric array, got dtype {a.dtype}")
     return a.astype(np.float64, copy=False)
+
+
+class CodeClass(enum.Enum):
+    """The class of one code (IEEE 754-2019 Sec. 5.7.2's ``class`` operation, folded by sign)."""
+
+    ZERO = "zero"
+    SUBNORMAL = "subnormal"
+    NORMAL = "normal"
+    INF = "inf"
+    NAN = "nan"
+
+
+@dataclass(frozen=True)
+class CodeClasses:
+    """Every code of one format, by class: the classifier record that the tensor-core
+    operand model, the RTL decoders' tests and the benches' corner suites read, so that a
+    format's Inf and NaN codes reach every layer by name (hardfloat's ``isNaN/isInf/isZero``).
+
+    Each field is the sorted tuple of the codes of that class (both signs).
+
+    Examples
+    --------
+    >>> from mactile.golden import FP8_E5M2
+    >>> c = FP8_E5M2.classes
+    >>> c.inf, c.of(0x7C), len(c.nan)
+    ((124, 252), <CodeClass.INF: 'inf'>, 6)
+    """
+
+    format_name: str
+    zero: tuple[int, ...]
+    subnormal: tuple[int, ...]
+    normal: tuple[int, ...]
+    inf: tuple[int, ...]
+    nan: tuple[int, ...]
+
+    def codes(self, cls: CodeClass) -> tuple[int, ...]:
+        """The codes of class ``cls``."""
+        return getattr(self, CodeClass(cls).value)
+
+    def items(self):
+        """``(CodeClass, codes)`` for every class, empty ones included, in enum order."""
+        return [(c, self.codes(c)) for c in CodeClass]
+
+    def present(self) -> tuple[CodeClass, ...]:
+        """The classes that have at least one code."""
+        return tuple(c for c, codes in self.items() if codes)
+
+    def of(self, code: int) -> CodeClass:
+        """The class of one code."""
+        for c, codes in self.items():
+            if int(code) in codes:
+                return c
+        raise ValueError(f"{self.format_name}: code {code!r} is not a code of the format")
+
+    def restrict(self, mask: int) -> "CodeClasses":
+        """The record of the codes ``<= mask`` only (a scale field narrower than its format)."""
+        return CodeClasses(self.format_name, *(tuple(c for c in self.codes(k) if c <= mask)
+                                               for k in CodeClass))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,6 +291,32 @@ class FloatFormat:
     @property
     def nan_codes(self) -> np.ndarray:
         return np.flatnonzero(np.isnan(self.values)).astype(self.dtype)
+
+    @property
+    def inf_codes(self) -> np.ndarray:
+        """Codes that are +-Inf (none but in IEEE formats)."""
+        return np.flatnonzero(np.isinf(self.values)).astype(self.dtype)
+
+    @property
+    def encoding(self) -> tuple:
+        """The traits that fix every code's value (the name and description left out):
+        two formats with equal encodings decode every code alike."""
+        return (self.signed, self.exp_bits, self.man_bits, self.bias, self.subnormals,
+                self.specials)
+
+    @functools.cached_property
+    def classes(self) -> "CodeClasses":
+        """Every code by class (:class:`CodeClasses`), from the value table and the fields:
+        exponent field 0 with a non-zero mantissa is subnormal where the format has
+        subnormals (E8M0's field 0 is an ordinary binade: normal)."""
+        v = self.values
+        _, e, m = self.fields(np.arange(self.code_count))
+        zero = v == 0
+        sub = (~zero & (e == 0) & (m != 0)) if self.subnormals else np.zeros(v.shape, bool)
+        nan, inf = np.isnan(v), np.isinf(v)
+        normal = ~(zero | sub | nan | inf)
+        pick = lambda mask: tuple(int(c) for c in np.flatnonzero(mask))  # noqa: E731
+        return CodeClasses(self.name, pick(zero), pick(sub), pick(normal), pick(inf), pick(nan))
 
     # ----------------------------------------------------------------- tables
     @functools.cached_property
@@ -542,6 +628,16 @@ class IntFormat:
         v.setflags(write=False)
         return v
 
+    @property
+    def encoding(self) -> tuple:
+        """The traits that fix every code's value (see :attr:`FloatFormat.encoding`)."""
+        return ("int", self.bits, self.signed)
+
+    @functools.cached_property
+    def classes(self) -> "CodeClasses":
+        """Every code by class: code 0 is the zero, every other code a normal number."""
+        return CodeClasses(self.name, (0,), (), tuple(range(1, self.code_count)), (), ())
+
     def decode(self, codes) -> np.ndarray:
         """Bit patterns (integers in ``[0, 2**bits)``) to integer values (int64).
 
@@ -603,6 +699,10 @@ FP8_E4M3 = FloatFormat(
     name="fp8_e4m3", exp_bits=4, man_bits=3, bias=7, specials=Specials.FN,
     description="OCP FP8 E4M3 (fn): max 448, S.1111.111 is NaN, no Inf",
 )
+FP8_E5M2 = FloatFormat(
+    name="fp8_e5m2", exp_bits=5, man_bits=2, bias=15, specials=Specials.IEEE,
+    description="OCP FP8 E5M2: max 57344, IEEE Inf (S.11111.00) and NaN",
+)
 E3M3 = FloatFormat(
     name="e3m3", exp_bits=3, man_bits=3, bias=3, signed=False,
     description="unsigned E3M3 (RaZeR weight block scale): bias 3, subnormals, max 30",
@@ -630,7 +730,7 @@ UINT8 = IntFormat(name="uint8", bits=8, signed=False, description="unsigned 8-bi
 #: Every element format by name.
 ELEMENT_FORMATS: dict[str, FloatFormat | IntFormat] = {
     f.name: f
-    for f in (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, E3M3, E8M0, FP16, FP32,
+    for f in (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, E3M3, E8M0, FP16, FP32,
               INT4, INT5, INT6, INT8, UINT4, UINT8)
 }
 

@@ -7,6 +7,7 @@ from .conventions import convention_for
 from .dialect import DialectFP4, DialectSelect
 from .fp4blocks import MXFP4, NVFP4, RaZeR, RaZeRAct
 from .intgroup import IntGroup
+from .mx import MX_CLASSES
 from .nestedfp import NestedFP, NestedFP8
 from .razer_g128 import RaZeRG128
 
@@ -17,6 +18,8 @@ BLOCK_FORMATS: dict[str, type[BlockFormat]] = {
     cls.name: cls for cls in (NVFP4, MXFP4, RaZeR, RaZeRAct, RaZeRG128, DialectFP4,
                               IntGroup, NestedFP, NestedFP8)
 }
+#: The OCP MX family's generic quantizers, one per storage entry (:mod:`.mx`).
+BLOCK_FORMATS.update(MX_CLASSES)
 
 
 def get_format(name: str, *, block_size: int | None = None,

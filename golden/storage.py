@@ -31,20 +31,38 @@ Examples
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from .elements import E3M3, E8M0, FP4_E2M1, FP8_E4M3, FP16, FloatFormat, code_dtype
+from .elements import (E3M3, E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16, INT8,
+                       CodeClasses, FloatFormat, IntFormat, code_dtype)
 
 __all__ = ["ScaleWord", "BlockStorage", "STORAGES", "storage_of", "pack_scale", "unpack_scale",
-           "SPECIAL_CODE", "ZERO_CODE"]
+           "SPECIAL_CODE", "ZERO_CODE", "ScaleKind", "MX_FAMILY"]
 
 #: FP4 code that a format with special values remaps to the block's special value (+0).
 SPECIAL_CODE = 0b0000
 #: FP4 code that holds a real zero in such blocks (-0).
 ZERO_CODE = FP4_E2M1.sign_mask | SPECIAL_CODE
+
+
+class ScaleKind(enum.Enum):
+    """What a block scale's field holds, from the scale format's traits alone
+    (:attr:`ScaleWord.kind`); consumers choose their decode by it, never by a format name.
+
+    ``POW2``
+        An exponent-only code (no mantissa bits, no sign: OCP E8M0): the scale is
+        ``2**(field - bias)``; a decoder places the field into an exponent.
+    ``FLOAT``
+        A floating-point code with mantissa bits (E4M3, E3M3, E5M2, FP16 fields): a
+        decoder places exponent and mantissa, or converts the code in hardware.
+    """
+
+    POW2 = "pow2"
+    FLOAT = "float"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,13 +149,32 @@ class ScaleWord:
 
     @property
     def scale_max(self) -> float:
-        """Largest finite scale value the magnitude bits can hold."""
-        return float(np.nanmax(self.scale_format.values[: self.magnitude_mask + 1]))
+        """Largest finite scale value the magnitude bits can hold (an Inf code, E5M2's or
+        FP16's, is not a value: it is a class, :attr:`classes`)."""
+        v = self.scale_format.values[: self.magnitude_mask + 1]
+        return float(v[np.isfinite(v)].max())
 
     @property
     def nan_codes(self) -> tuple[int, ...]:
         """Scale-field codes that are NaN."""
         return tuple(int(c) for c in self.scale_format.nan_codes if c <= self.scale_mask)
+
+    @property
+    def inf_codes(self) -> tuple[int, ...]:
+        """Scale-field codes that are +-Inf (E5M2, a whole FP16)."""
+        return self.classes.inf
+
+    @property
+    def classes(self) -> CodeClasses:
+        """The scale field's codes by class (the scale format's record, restricted to the
+        field): what decoders and corner suites iterate."""
+        return self.scale_format.classes.restrict(self.scale_mask)
+
+    @property
+    def kind(self) -> ScaleKind:
+        """How the field's code becomes a value (:class:`ScaleKind`), from the traits."""
+        f = self.scale_format
+        return ScaleKind.POW2 if f.man_bits == 0 and not f.signed else ScaleKind.FLOAT
 
     # ---------------------------------------------------------------- codec
     def pack(self, scale_code, *, select=0, negative=0):
@@ -200,8 +237,8 @@ class BlockStorage:
     ----------
     name : str
         The block format's name (``"nvfp4"``).
-    element : FloatFormat
-        Element format (FP4 E2M1 for every format here).
+    element : FloatFormat or IntFormat
+        Element format (FP4 E2M1, or the OCP MX family's FP8, FP6 and INT8 elements).
     block_size : int
         Default elements per block.
     word : ScaleWord
@@ -215,7 +252,7 @@ class BlockStorage:
     """
 
     name: str
-    element: FloatFormat
+    element: FloatFormat | IntFormat
     block_size: int
     word: ScaleWord
     special_code: int | None = None
@@ -230,6 +267,27 @@ class BlockStorage:
     def has_tensor_scale(self) -> bool:
         return bool(self.tensor_scale)
 
+    #: The format family the quantizer class comes from (``"mx"``: the generic OCP MX
+    #: quantizer, :class:`~.mx.MXFormat`; ``""``: a class of its own).
+    family: str = ""
+    #: Power of two an integer element's code is scaled by (OCP MXINT8: 2**-6); 0 for floats.
+    element_log2: int = 0
+    #: One line for ``mactile list`` and the docs.
+    reference: str = ""
+
+    @property
+    def element_emax(self) -> int:
+        """Exponent of the element format's largest binade (OCP MX v1.0 Sec. 6.3's
+        ``emax_elem``: FP4 2, FP6 E2M3 2, E3M2 4, FP8 E4M3 8, E5M2 15, INT8 0)."""
+        e = self.element
+        if isinstance(e, IntFormat):
+            return (e.bits - 2) + self.element_log2  # 127 * 2**-6 lies in [1, 2)
+        return e.max_exp_field - e.bias
+
+    def element_values(self) -> "np.ndarray":
+        """Value of every element code (float64; integer codes times ``2**element_log2``)."""
+        return self.element.values.astype(np.float64) * 2.0 ** self.element_log2
+
     def pack_scale(self, scale_code, *, select=0, negative=0):
         return self.word.pack(scale_code, select=select, negative=negative)
 
@@ -237,11 +295,18 @@ class BlockStorage:
         return self.word.unpack(words)
 
 
-def _storage(name, block, fmt, scale_bits, specials=0, bits=None, tensor="amax / (6 * scale_max)"):
+def _storage(name, block, fmt, scale_bits, specials=0, bits=None, tensor="amax / (6 * scale_max)",
+             element=FP4_E2M1, **kw):
     word = ScaleWord(bits=bits or 8, scale_format=fmt, scale_bits=scale_bits, specials=specials)
     sp = (SPECIAL_CODE, ZERO_CODE) if specials else (None, None)
-    return BlockStorage(name=name, element=FP4_E2M1, block_size=block, word=word,
-                        special_code=sp[0], zero_code=sp[1], tensor_scale=tensor)
+    return BlockStorage(name=name, element=element, block_size=block, word=word,
+                        special_code=sp[0], zero_code=sp[1], tensor_scale=tensor, **kw)
+
+
+def _mx(name, element, **kw):
+    """An OCP MX v1.0 format: blocks of 32, the byte an E8M0 exponent, no tensor scale."""
+    return _storage(name, 32, E8M0, E8M0.bits, tensor="", element=element, family="mx",
+                    reference="OCP Microscaling Formats (MX) v1.0, Sec. 5-6", **kw)
 
 
 #: Every FP4 block format's storage, by format name.
@@ -257,7 +322,17 @@ STORAGES: dict[str, BlockStorage] = {s.name: s for s in (
     # RaZeR-G128: FP16 with the sign and exponent MSB replaced by metadata (Sec. 4.3).
     _storage("razer-g128", 128, FP16, FP16.bits - 2, specials=2, bits=FP16.bits,
              tensor="amax / (6 * scale_max) (G128TensorScale)"),
+    # The rest of the OCP MX v1.0 family (Table 1): one entry each, quantized by mx.MXFormat.
+    _mx("mxfp8-e4m3", FP8_E4M3),
+    _mx("mxfp8-e5m2", FP8_E5M2),
+    _mx("mxfp6-e3m2", FP6_E3M2),
+    _mx("mxfp6-e2m3", FP6_E2M3),
+    _mx("mxint8", INT8, element_log2=-6),
 )}
+
+#: The OCP MX formats quantized by the generic :class:`~.mx.MXFormat` (mxfp4 has its own
+#: class: its conventions).
+MX_FAMILY: tuple[str, ...] = tuple(n for n, s in STORAGES.items() if s.family == "mx")
 
 
 def storage_of(fmt) -> BlockStorage:

@@ -284,6 +284,12 @@ class OperandSpec:
         if w.bits != cls.BYTE_BITS:
             raise ValueError(f"{storage.name}: the tensor core takes {cls.BYTE_BITS}-bit scale "
                              f"words, the format stores {w.bits}-bit ones")
+        if w.classes.inf:  # the classifier record: Inf is refused by name, never decoded as 2**k
+            raise ValueError(f"{storage.name}: the tensor core has no Inf block scale, and "
+                             f"{w.scale_format.name} scale codes {list(w.classes.inf)} are Inf")
+        if storage.element.encoding != FP4_E2M1.encoding:
+            raise ValueError(f"{storage.name}: the tensor core takes FP4 E2M1 elements, the "
+                             f"format stores {storage.element.name}")
         return cls(name=storage.name, scale_format=w.scale_format, scale_field_bits=w.scale_bits,
                    specials=w.specials, special_code=(SPECIAL_CODE if storage.special_code is None
                                                       else storage.special_code))

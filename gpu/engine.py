@@ -25,7 +25,7 @@ import numpy as np
 
 from . import prebuilt
 from .codegen import TOKEN_TILES, wgmma_source
-from .formats import ENGINE_FORMATS, engine_format_id, engine_traits, engine_traits_header, prelude
+from .formats import ENGINE_FORMATS, EngineScale, engine_format_id, engine_traits, engine_traits_header, prelude
 from .runtime import ceil_div, l2_bytes, load_source, require_cupy, sm_count
 
 __all__ = ["EngineConfig", "SCHEDULES", "engine_source", "engine_name", "config_for", "gemm_fp4",
@@ -583,13 +583,13 @@ def _fp4_out_scale(pw) -> float:
     """The FP32 factor of the engine's result: tensor scale times the decode's power of two
     (nvfp4: the bit-placement and 2^7 scale factors; razer: the FP16 prescale; mxfp4: the
     matrix's kernel-scale offset)."""
-    tr = engine_traits(pw.fmt.name)
+    kind = pw.fmt.scale_kind
     lay = pw.layout("frag")
-    if tr["SCALE_KIND"] == "SCALE_E4M3":
+    if kind is EngineScale.E4M3:
         k = pw.fmt.tc_out_log2
-    elif tr["SCALE_KIND"] == "SCALE_POW2_F16":
+    elif kind is EngineScale.POW2_F16:
         k = int(lay.get("out_log2", 0))
-    elif tr["SCALE_KIND"] == "SCALE_BITS_F16":
+    elif kind is EngineScale.BITS_F16:
         k = pw.fmt.f16_prescale_log2
     else:
         k = 0

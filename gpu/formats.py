@@ -48,20 +48,24 @@ output scale carries the remaining power of two.
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from mactile.golden import (BLOCK_FORMATS, FP4_E2M1, FP8_E4M3, NVFP4, FP16, FP32,
-                            require_default_convention)
+from mactile.golden import (FP4_E2M1, FP8_E4M3, MXFP4, NVFP4, FP16, FP32,
+                            NestedFP, NestedFP8, RaZeR, RaZeRG128, require_default_convention)
 from mactile.golden.block import BlockFormat
+from mactile.golden.storage import BlockStorage, ScaleKind
 
 __all__ = ["BP_ROTATIONS", "BP_MAG_LSB", "BP_LOG2", "BP_SCALE_LOG2", "BP_FRAG_SLOTS", "bp_masks",
            "bp_bit_positions", "bp_decode_word", "KernelFormat", "kernel_format", "kernel_scale_words", "lut_byte", "traits_header", "fp4_encode_header", "fp4_decode_header",
            "prelude", "reset_header", "FORMAT_IDS", "FP4_ENGINE_FORMATS", "ENGINE_FORMATS",
            "engine_traits_header", "engine_format_id", "golden_proto", "POW2_WINDOW",
-           "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE"]
+           "F16_MAGIC", "F16_OFFSET", "F32_MAGIC", "F32_OFFSET", "LUT_OFFSET", "LUT_SCALE",
+           "EngineScale", "EngineFormat", "ENGINE", "engine_format", "engine_scale_kind",
+           "NESTEDFP_FORMATS", "nestedfp_format"]
 
 #: b = LUT_SCALE * v + LUT_OFFSET.
 LUT_SCALE, LUT_OFFSET = 4, 64
@@ -75,11 +79,82 @@ F32_OFFSET = 128.0 + LUT_OFFSET  # 192.0
 #: Template ids of the formats of the mma.sync/CUDA-core kernels (``Fmt<ID>`` in
 #: kernels/fp4_common.cuh).
 FORMAT_IDS = {"nvfp4": 0, "razer": 1, "razer-g128": 2}
-#: FP4 weight formats of the GEMM engine (kernels/engine.cu).
-FP4_ENGINE_FORMATS = ("nvfp4", "mxfp4", "razer", "razer-g128")
+
+
+@dataclass(frozen=True)
+class EngineFormat:
+    """One weight format of the GEMM engine (kernels/engine.cu): its template id and the
+    golden class it runs. Ids are explicit and append-only (a new format takes the next
+    id; no existing id moves, so no cubin of another format changes)."""
+
+    name: str
+    #: Template id (``EngineFmt<FMT_...>``).
+    fmt_id: int
+    #: The golden block-format class.
+    golden: type
+
+    @property
+    def storage(self) -> BlockStorage | None:
+        """The golden block storage (FP4 block formats), or None (NestedFP's byte planes)."""
+        return self.golden.storage
+
+    @property
+    def planes(self) -> int:
+        """NestedFP byte planes the engine reads per weight (FP16 mode: upper and lower, 2;
+        FP8 mode: the upper, 1), from the golden ``bits_per_element``; 0 for FP4 formats."""
+        if self.storage is not None:
+            return 0
+        return int(self.golden().bits_per_element) // 8
+
+    @property
+    def mode(self) -> str | None:
+        """NestedFP mode of a plane format (``"fp16"``/``"fp8"``, the ``NestedFPLinear``
+        argument: the width it reads), None for FP4 block formats."""
+        return None if self.storage is not None else f"fp{8 * self.planes}"
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the engine multiplies E4M3 on the FP8 wgmma (NestedFP's FP8 mode)."""
+        return self.planes == 1
+
+
+#: Every weight format of the engine by name (explicit ids, append-only).
+ENGINE: dict[str, EngineFormat] = {e.name: e for e in (
+    EngineFormat("nvfp4", 0, NVFP4),
+    EngineFormat("mxfp4", 1, MXFP4),
+    EngineFormat("razer", 2, RaZeR),
+    EngineFormat("razer-g128", 3, RaZeRG128),
+    EngineFormat("nestedfp16", 4, NestedFP),
+    EngineFormat("nestedfp8", 5, NestedFP8),
+)}
+if sorted(e.fmt_id for e in ENGINE.values()) != list(range(len(ENGINE))):
+    raise AssertionError("engine format ids must be 0..n-1, each once")
+#: FP4 weight formats of the GEMM engine (kernels/engine.cu), in id order.
+FP4_ENGINE_FORMATS = tuple(n for n, e in sorted(ENGINE.items(), key=lambda i: i[1].fmt_id)
+                           if e.storage is not None)
+#: NestedFP's plane formats of the engine, in id order.
+NESTEDFP_FORMATS = tuple(n for n, e in sorted(ENGINE.items(), key=lambda i: i[1].fmt_id)
+                         if e.storage is None)
 #: Every weight format of the engine, in template-id order (the ids are generated into
 #: ``EngineFmt<FMT_...>``; no kernel types a number).
-ENGINE_FORMATS = FP4_ENGINE_FORMATS + ("nestedfp16", "nestedfp8")
+ENGINE_FORMATS = tuple(sorted(ENGINE, key=lambda n: ENGINE[n].fmt_id))
+
+
+def nestedfp_format(mode: str) -> EngineFormat:
+    """The engine's NestedFP plane format of a ``NestedFPLinear`` mode (``"fp16"``/``"fp8"``)."""
+    for n in NESTEDFP_FORMATS:
+        if ENGINE[n].mode == mode:
+            return ENGINE[n]
+    raise ValueError(f"no NestedFP engine format for mode {mode!r}; choose from "
+                     f"{[ENGINE[n].mode for n in NESTEDFP_FORMATS]}")
+
+
+def engine_format(name: str) -> EngineFormat:
+    """The engine's record of a weight format name."""
+    try:
+        return ENGINE[name]
+    except KeyError:
+        raise ValueError(f"no engine format {name!r}; choose from {ENGINE_FORMATS}") from None
 
 
 def lut_byte(v: float) -> int:
@@ -179,6 +254,101 @@ def _check_bp() -> None:
 _check_bp()
 
 
+class EngineScale(enum.Enum):
+    """How the kernels turn a block's scale code into the factor of its FP4 values: the
+    one scale kind that the packer, the NumPy emulation and the generated kernel traits
+    (``EngineFmt<F>::SCALE_KIND``, the values are the C++ names) all read. Derived from
+    the storage's traits by :func:`engine_scale_kind`; member order is the C++ enum's."""
+
+    #: Bit-placement decode, E4M3 scale byte converted by the hardware
+    #: (``cvt.rn.f16x2.e4m3x2``), times ``2**BP_SCALE_LOG2``.
+    E4M3 = "SCALE_E4M3"
+    #: LUT decode, the scale field's bits placed into FP16 times a power of two.
+    BITS_F16 = "SCALE_BITS_F16"
+    #: Bit-placement decode, a power-of-two (E8M0) scale rebased into FP16's exponent
+    #: window per matrix (:func:`mactile.gpu.packing.pow2_kernel_scales`).
+    POW2_F16 = "SCALE_POW2_F16"
+    #: LUT decode, the (16-bit) scale applied in FP32: accumulators kept in units of the
+    #: block's scale (``RESCALE``).
+    FP32 = "SCALE_FP32"
+    #: No block scale (NestedFP's planes).
+    NONE = "SCALE_NONE"
+
+
+def _f16_bits_exact(word) -> bool:
+    """Whether placing every finite scale-field code into FP16 bits and multiplying by
+    ``2**(15 - bias - prescale)`` (the SCALE_BITS_F16 decode, one HMUL2) gives the golden
+    scale times ``2**-prescale`` exactly (NaN/Inf codes are refused when packing)."""
+    f = word.scale_format
+    if f.man_bits > FP16.man_bits or f.exp_bits > FP16.exp_bits or not f.subnormals:
+        return False
+    codes = np.arange(word.magnitude_mask + 1)
+    vals = f.values[codes]
+    ok = np.isfinite(vals)
+    pre = max(0, math.ceil(math.log2(F16_OFFSET * word.scale_max / float(FP16.max_value))))
+    bits = (codes[ok] << (FP16.man_bits - f.man_bits)).astype(np.uint16)
+    if ((bits >> FP16.man_bits) & 0x1F).max(initial=0) == 0x1F:  # would place an FP16 Inf/NaN
+        return False
+    mul = np.float16(2.0 ** (FP16.bias - f.bias - pre))
+    if float(mul) != 2.0 ** (FP16.bias - f.bias - pre):
+        return False
+    with np.errstate(over="ignore", under="ignore"):
+        got = (bits.view(np.float16).astype(np.float32) * np.float32(mul)).astype(np.float16)
+    return bool(np.array_equal(got.astype(np.float64), vals[ok] * 2.0 ** -pre))
+
+
+def _f32_bits_exact(word) -> bool:
+    """Whether the FP32 placement of :func:`kernel_scale_words` is exact for every finite
+    scale-field code (the SCALE_FP32 decode)."""
+    f = word.scale_format
+    if f.man_bits > FP32.man_bits or f.exp_bits > FP32.exp_bits or not f.subnormals:
+        return False
+    codes = np.arange(word.magnitude_mask + 1, dtype=np.uint32)
+    vals = f.values[codes]
+    ok = np.isfinite(vals)
+    bits = (codes[ok] << np.uint32(FP32.man_bits - f.man_bits)).astype(np.uint32)
+    got = bits.view(np.float32).astype(np.float64) * 2.0 ** (FP32.bias - f.bias)
+    return bool(np.array_equal(got, vals[ok]))
+
+
+def engine_scale_kind(storage: BlockStorage) -> EngineScale:
+    """The kernels' scale path of a block storage, from its traits alone.
+
+    * element format: FP4 E2M1 (the LUT bytes and the bit-placement decode are built from
+      its table), else refused;
+    * no special value and a byte scale word: the bit-placement decode, which takes a
+      power-of-two scale (:attr:`~mactile.golden.storage.ScaleKind.POW2`) or an E4M3 byte
+      (the encoding the hardware converts); any other scale is refused;
+    * otherwise the LUT decode: a byte scale placed into FP16 bits, a 16-bit scale applied
+      in FP32, each only where the placement is exact for every finite scale code (checked
+      over all of them).
+
+    Raises
+    ------
+    ValueError
+        Naming the storage and its element or scale format, for anything the kernels
+        cannot decode exactly (never a wrong answer).
+    """
+    word, f, el = storage.word, storage.word.scale_format, storage.element
+    if el.encoding != FP4_E2M1.encoding:
+        raise ValueError(f"the GPU kernels run FP4 E2M1 elements only: {storage.name} has "
+                         f"{el.name} elements")
+    if not word.specials and word.bits == 8:  # bit-placement decode (bp)
+        if word.kind is ScaleKind.POW2:
+            return EngineScale.POW2_F16
+        if f.encoding == FP8_E4M3.encoding and word.scale_bits == f.bits:
+            return EngineScale.E4M3
+        raise ValueError(f"the GPU kernels have no exact decode of {storage.name}'s {f.name} "
+                         f"block scale (the bit-placement decode takes an E4M3 byte or a "
+                         f"power-of-two E8M0 scale)")
+    if word.bits == 16 and _f32_bits_exact(word):
+        return EngineScale.FP32
+    if word.bits == 8 and _f16_bits_exact(word):
+        return EngineScale.BITS_F16
+    raise ValueError(f"the GPU kernels have no exact decode of {storage.name}'s {f.name} "
+                     f"block scale ({word.bits}-bit word, {word.scale_bits}-bit field)")
+
+
 @dataclass(frozen=True)
 class KernelFormat:
     """What the kernels need to know about one golden weight format instance."""
@@ -210,6 +380,15 @@ class KernelFormat:
     golden: BlockFormat
     #: Whether the format has an FP32 second-level (tensor) scale.
     tensor_scale: bool = True
+    #: How the kernels decode the block scale (:func:`engine_scale_kind`).
+    scale_kind: EngineScale = EngineScale.E4M3
+
+    @property
+    def w4a4(self) -> bool:
+        """Whether ReSET's W4A4 kernels read this storage: blocks of 16 with an E4M3 scale
+        byte converted by the hardware, no special value, an FP32 tensor scale."""
+        return (self.scale_kind is EngineScale.E4M3 and self.block == 16
+                and not self.has_special and self.tensor_scale)
 
     @property
     def lut_args(self) -> tuple[int, int, int, int, int]:
@@ -261,7 +440,11 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
     if isinstance(fmt, BlockFormat):
         require_default_convention(fmt, "the GPU kernels")
     storage = getattr(fmt, "storage", None)
-    if storage is None or fmt.name not in FP4_ENGINE_FORMATS:
+    if storage is None:
+        raise ValueError(f"no GPU kernel for format {fmt.describe()}; supported: "
+                         f"{', '.join(FP4_ENGINE_FORMATS)}")
+    kind = engine_scale_kind(storage)  # refuses by trait: elements, scale format
+    if fmt.name not in FP4_ENGINE_FORMATS:  # decodable, but no kernel built for it (no id)
         raise ValueError(f"no GPU kernel for format {fmt.describe()}; supported: "
                          f"{', '.join(FP4_ENGINE_FORMATS)}")
     if fmt.block_size != storage.block_size:
@@ -289,7 +472,7 @@ def kernel_format(fmt: BlockFormat) -> KernelFormat:
                         meta_shift=meta_shift, scale_format=sfmt, scale_man_bits=sfmt.man_bits,
                         scale_bias=sfmt.bias, has_special=has_special, lut=words,
                         specials_word=specials, scale_max=word.scale_max, golden=fmt,
-                        tensor_scale=storage.has_tensor_scale)
+                        tensor_scale=storage.has_tensor_scale, scale_kind=kind)
 
 
 def kernel_scale_words(kf: KernelFormat, words) -> tuple[np.ndarray, np.ndarray]:
@@ -415,15 +598,12 @@ def golden_proto(name: str) -> BlockFormat:
     """The default golden format object of an FP4 engine format name."""
     if name not in FP4_ENGINE_FORMATS:
         raise ValueError(f"unknown FP4 format {name!r}; choose from {FP4_ENGINE_FORMATS}")
-    return BLOCK_FORMATS[name]()
+    return ENGINE[name].golden()
 
 
 def engine_format_id(name: str) -> int:
     """Template id of an engine format (``EngineFmt<id>``)."""
-    try:
-        return ENGINE_FORMATS.index(name)
-    except ValueError:
-        raise ValueError(f"no engine format {name!r}; choose from {ENGINE_FORMATS}") from None
+    return engine_format(name).fmt_id
 
 
 #: The power-of-two (E8M0) scale path: the kernel scale byte ``b`` becomes the FP16 value
@@ -454,26 +634,22 @@ def _check_pow2_window() -> None:
 
 _check_pow2_window()
 
-_SCALE_KINDS = ("SCALE_E4M3", "SCALE_BITS_F16", "SCALE_POW2_F16", "SCALE_FP32", "SCALE_NONE")
+_SCALE_KINDS = tuple(k.value for k in EngineScale)
 
 
 def _engine_fp4_traits(name: str) -> dict:
     kf = kernel_format(golden_proto(name))
-    if kf.bp:
-        kind = "SCALE_E4M3" if kf.scale_format is FP8_E4M3 else "SCALE_POW2_F16"
-    elif kf.scale_dtype.itemsize == 2:
-        # FP16 scale x up to 5-bit values: exact only in FP32, so the scale is not applied
-        # to the FP16 operand: the accumulators are kept in units of the block's scale
-        # (RESCALE, docs/gpu.md "The format policy")
-        kind = "SCALE_FP32"
-    else:
-        kind = "SCALE_BITS_F16"
+    # the one scale kind (engine_scale_kind): an FP16 scale (razer-g128) times up to 5-bit
+    # values is exact only in FP32, so it is not applied to the FP16 operand: the
+    # accumulators are kept in units of the block's scale (RESCALE, docs/gpu.md "The
+    # format policy")
+    kind = kf.scale_kind
     pre = kf.f16_prescale_log2
     h = lambda v: int(np.float16(v).view(np.uint16))  # noqa: E731
-    f16_mul = 2.0 ** (FP16.bias - kf.scale_bias - pre) if kind == "SCALE_BITS_F16" else 0.0
+    f16_mul = 2.0 ** (FP16.bias - kf.scale_bias - pre) if kind is EngineScale.BITS_F16 else 0.0
     return {"A_SRC": "A_FRAG", "FP8": False, "BK": max(64, kf.block), "BLOCK": kf.block,
-            "SCALE_BYTES": kf.scale_dtype.itemsize, "SCALE_KIND": kind, "BP": kf.bp,
-            "SPECIAL": kf.has_special, "PROMOTE": False, "RESCALE": kind == "SCALE_FP32",
+            "SCALE_BYTES": kf.scale_dtype.itemsize, "SCALE_KIND": kind.value, "BP": kf.bp,
+            "SPECIAL": kf.has_special, "PROMOTE": False, "RESCALE": kind is EngineScale.FP32,
             "SCALE_MASK": kf.scale_mask, "META_SHIFT": kf.meta_shift,
             "F16_SHIFT": FP16.man_bits - kf.scale_man_bits,
             "F16X2_MUL": h(f16_mul) | h(f16_mul) << 16,
@@ -491,11 +667,10 @@ def _engine_nfp_traits(fp8: bool) -> dict:
 
 def engine_traits(name: str) -> dict:
     """The compile-time description of engine format ``name`` (``EngineFmt<id>``)."""
-    if name in FP4_ENGINE_FORMATS:
+    ef = engine_format(name)
+    if ef.storage is not None:
         return _engine_fp4_traits(name)
-    if name in ("nestedfp16", "nestedfp8"):
-        return _engine_nfp_traits(name == "nestedfp8")
-    raise ValueError(f"no engine format {name!r}; choose from {ENGINE_FORMATS}")
+    return _engine_nfp_traits(ef.fp8)
 
 
 def engine_traits_header() -> str:
@@ -506,7 +681,7 @@ def engine_traits_header() -> str:
            "namespace mt {",
            "enum ASrc : int { A_FRAG = 0, A_PLANES = 1, A_SMEM = 2 };",
            "enum ScaleKind : int { " + ", ".join(f"{k} = {i}" for i, k in enumerate(_SCALE_KINDS)) + " };"]
-    out += [f"constexpr int {cid(n)} = {i};" for i, n in enumerate(ENGINE_FORMATS)]
+    out += [f"constexpr int {cid(n)} = {engine_format_id(n)};" for n in ENGINE_FORMATS]
     out.append("template <int F> struct EngineFmt;")
     b = lambda v: "true" if v else "false"  # noqa: E731
     for n in ENGINE_FORMATS:

@@ -40,8 +40,8 @@ import numpy as np
 from mactile.golden import E8M0, FP16, Quantized
 from mactile.golden.storage import ZERO_CODE
 
-from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, FORMAT_IDS, POW2_WINDOW, KernelFormat,
-                      bp_bit_positions, bp_decode_word, engine_traits, kernel_format,
+from .formats import (BP_FRAG_SLOTS, BP_LOG2, BP_SCALE_LOG2, FORMAT_IDS, POW2_WINDOW, EngineScale,
+                      KernelFormat, bp_bit_positions, bp_decode_word, kernel_format,
                       kernel_scale_words)
 
 __all__ = ["PackedW4A16", "pack_w4a16", "unpack_frag", "unpack_rowmajor", "ROW_TILE",
@@ -109,7 +109,23 @@ def _check_weight(q: Quantized) -> KernelFormat:
         raise ValueError(f"weights must be 2-D [N, K]; got shape {q.shape}")
     if q.tensor_scale is None and kf.tensor_scale:
         raise ValueError("the Quantized weight has no tensor scale")
+    _refuse_special_scales(kf, q.scales)
     return kf
+
+
+def _refuse_special_scales(kf: KernelFormat, scales) -> None:
+    """The kernels place scale bits as numbers: a NaN or Inf scale code (a class of the
+    scale field, :attr:`~mactile.golden.storage.ScaleWord.classes`) is refused by name."""
+    word = kf.golden.storage.word
+    cls = word.classes
+    bad = np.asarray(cls.nan + cls.inf, dtype=np.int64)
+    if bad.size and scales is not None:
+        payload = np.asarray(scales).astype(np.int64) & word.scale_mask
+        hit = np.isin(payload, bad)
+        if hit.any():
+            code = int(payload[hit].flat[0])
+            raise ValueError(f"{kf.name} weight has a {cls.of(code).value} block scale (code "
+                             f"{code:#x}): the GPU kernels decode finite scales only")
 
 
 def _codes_scales(q: Quantized, xp):
@@ -217,9 +233,9 @@ def pack_w4a16(q: Quantized, *, layouts=None, xp=np) -> PackedW4A16:
         K_pad = _ceil_to(K, max(FRAG_K_ALIGN, kf.block))
         C, S = _padded(kf, codes, scales, _ceil_to(N, FRAG_ROW_PAD), K_pad, xp)
         out_log2 = 0
-        if kf.scale_format is E8M0:  # power-of-two scales: kernel bytes inside the FP16 window
+        if kf.scale_kind is EngineScale.POW2_F16:  # kernel bytes inside the FP16 window
             S, out_log2 = pow2_kernel_scales(C, S, kf.block, xp)
-        if engine_traits(kf.name)["RESCALE"]:  # the engine divides by block scales
+        if kf.scale_kind is EngineScale.FP32:  # RESCALE: the engine divides by block scales
             C, S = nonzero_kernel_scales(kf, C, S, xp)
         RT, G = C.shape[0] // ROW_TILE, K_pad // 64
         # row = rt*64 + mt*16 + h*8 + g ; k = (grp*4 + ks)*16 + kh*8 + 2t + j
@@ -341,12 +357,14 @@ class PackedActivation:
 
 def pack_activation(q: Quantized, *, xp=np) -> PackedActivation:
     """Pack a golden NVFP4 activation tensor ``[M, K]`` (the GEMV's input format)."""
-    from mactile.golden import NVFP4
-
-    if type(q.format) is not NVFP4 or q.format.block_size != 16:
-        raise ValueError(f"W4A4 activations must be nvfp4 with block 16, got {q.format.describe()}")
     from mactile.golden import require_default_convention
     require_default_convention(q.format, "the W4A4 GPU kernels")
+    try:
+        ok = kernel_format(q.format).w4a4
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"W4A4 activations must be nvfp4 with block 16, got {q.format.describe()}")
     if len(q.shape) != 2:
         raise ValueError(f"activations must be 2-D [M, K]; got shape {q.shape}")
     M, K = q.shape
@@ -453,7 +471,7 @@ def _emulate_bp(kf: KernelFormat, words, sc, out_log2: int = 0) -> np.ndarray:
     regs = bp_decode_word(words)  # [..., 4] f16x2
     halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], -1).astype(np.uint16)
     h = halves.view(np.float16).astype(np.float32)  # [..., 4 reg, 2 half]
-    if kf.scale_format is E8M0:  # kernel scale byte b -> FP16 bits b << man_bits, exact
+    if kf.scale_kind is EngineScale.POW2_F16:  # kernel scale byte b -> FP16 bits b << man_bits
         s = (np.asarray(sc, np.uint16) << np.uint16(FP16.man_bits)).view(np.float16)
         out_pow = 2.0 ** out_log2
     else:

@@ -126,7 +126,7 @@ def gemv_w4a4(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=np.fl
     depth, defaults RaZeR's limited-SM rule and :func:`w4a4_stages`.
     ``pdl``: programmatic dependent launch (the first weights are requested before the
     kernel waits for the previous kernel, e.g. :func:`quantize_activation`)."""
-    if pw.fmt.name != "nvfp4":
+    if not pw.fmt.w4a4:
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
         raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
@@ -189,7 +189,7 @@ def gemv_w4a4_rows(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtype=
     ``n_ctas``: default :func:`rows_launch`. ``pdl``: the first item's weights are
     requested before the kernel waits for the previous kernel; from K =
     :data:`ROWS_EARLY_TRIGGER_MIN_K` on it also lets the next kernel launch early."""
-    if pw.fmt.name != "nvfp4":
+    if not pw.fmt.w4a4:
         raise ValueError(f"the W4A4 GEMV takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
         raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
@@ -252,7 +252,7 @@ def gemm_w4a4_engine(a: PackedActivation, pw: PackedW4A16, *, out=None, out_dtyp
     scale). ``a`` comes from :func:`quantize_activation` with ``dequant=True``."""
     from .engine import gemm_fp4  # noqa: PLC0415
 
-    if pw.fmt.name != "nvfp4":
+    if not pw.fmt.w4a4:
         raise ValueError(f"the W4A4 path takes nvfp4 weights, got {pw.fmt.name}")
     if a.K != pw.K:
         raise ValueError(f"activations have K = {a.K}, weights K = {pw.K}")
@@ -273,7 +273,7 @@ def linear_w4a4(x, pw: PackedW4A16, *, act: PackedActivation | None = None, pdl:
     the quantizer (None: wherever the driver library loads). ``act`` reuses the activation
     buffers (made with ``dequant=True`` for the engine). The other keywords go to
     :func:`gemv_w4a4` or :func:`gemm_w4a4_engine`."""
-    if pw.fmt.name != "nvfp4":  # before any launch: nothing written for a wrong weight
+    if not pw.fmt.w4a4:  # before any launch: nothing written for a wrong weight
         raise ValueError(f"the W4A4 path takes nvfp4 weights, got {pw.fmt.name}")
     use = _pdl.available() if pdl is None else bool(pdl)
     M = int(x.shape[0]) if getattr(x, "ndim", 0) == 2 else 0

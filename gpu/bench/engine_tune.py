@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from ..formats import ENGINE, NESTEDFP_FORMATS
 from ..runtime import device_info, require_cupy, sm_count
 from .harness import time_launches, torch_baselines
 
@@ -48,8 +49,8 @@ def config_list(cfg) -> list[int]:
 
 
 def _launcher(kind, sets, xs, ys, cfg):
-    if kind.startswith("nestedfp"):
-        mode = "fp16" if kind == "nestedfp16" else "fp8"
+    mode = ENGINE[kind].mode
+    if mode is not None:  # NestedFP planes
         return lambda i: sets[i](xs[i], mode=mode, config=cfg, y=ys[i])
     from ..w4a16 import gemm_tc
     return lambda i: gemm_tc(xs[i], sets[i], cfg=cfg, out=ys[i])
@@ -96,11 +97,11 @@ def tune_engine(*, shapes=None, Ms=None, kinds=None, margin: float = 0.03, seed:
         cols = np.sort(rng.choice(N, size=min(N, 96), replace=False))
         weights = {}
         for kind in kinds:
-            if kind.startswith("nestedfp"):
+            if kind in NESTEDFP_FORMATS:
                 if "nestedfp" not in weights:
                     weights["nestedfp"] = nestedfp_weight_sets(cp, N, K, rng, l2)
                 w, sets = weights["nestedfp"]
-                weights[kind] = (w, sets, sets[0].upper.nbytes * (2 if kind == "nestedfp16" else 1))
+                weights[kind] = (w, sets, sets[0].upper.nbytes * ENGINE[kind].planes)
             else:
                 q, sets = fp4_weight_sets(cp, kind, N, K, rng, l2, layouts=("frag",))
                 weights[kind] = (q, sets, sets[0].nbytes("frag"))

@@ -36,6 +36,7 @@ import numpy as np
 from mactile.golden import FP16, FP32, MXFP4, NVFP4, RaZeR, RaZeRG128
 
 from ..check import check_close, reference
+from ..formats import ENGINE, NESTEDFP_FORMATS
 from ..packing import pack_w4a16, quantized_from_arrays
 from ..runtime import device_info, require_cupy
 from .harness import (make_record, plot_records, rotation_count, streaming_read_peak, time_launches,
@@ -162,7 +163,7 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
     for kind in kinds:
         if kind in FORMATS:  # every layout the format's kernels read
             weights[kind] = fp4_weight_sets(cp, kind, N, K, ctx.rng, l2)
-        elif kind.startswith("nestedfp") and "nestedfp" not in weights:
+        elif kind in NESTEDFP_FORMATS and "nestedfp" not in weights:
             weights["nestedfp"] = nestedfp_weight_sets(cp, N, K, ctx.rng, l2)
         elif kind == "flexq-w6a6":
             from ..flexq.kernels import FlexQLinear
@@ -193,14 +194,14 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
                 jobs.append(("linear", kind, q, sets, sets[0].nbytes("frag")))
                 if M <= SMALL_M and "rowmajor" in sets[0].layouts:
                     jobs.append(("w4a16_cc", kind, q, sets, sets[0].nbytes("rowmajor")))
-                    if kind == "nvfp4":
+                    if sets[0].fmt.w4a4:  # ReSET's W4A4 kernels read this storage
                         jobs.append(("w4a4_gemv", kind, q, sets, sets[0].nbytes("rowmajor")))
                         jobs.append(("w4a4_quant+gemv", kind, q, sets, sets[0].nbytes("rowmajor")))
                         jobs.append(("w4a4_quant+gemv_serial", kind, q, sets, sets[0].nbytes("rowmajor")))
                         jobs.append(("w4a4_quant+engine", kind, q, sets, sets[0].nbytes("frag")))
-            elif kind.startswith("nestedfp"):
+            elif kind in NESTEDFP_FORMATS:
                 w, layers = weights["nestedfp"]
-                jobs.append(("linear", kind, w, layers, layers[0].upper.nbytes * (2 if kind == "nestedfp16" else 1)))
+                jobs.append(("linear", kind, w, layers, layers[0].upper.nbytes * ENGINE[kind].planes))
             else:
                 w, layers = weights[kind]
                 jobs.append(("linear", kind, w, layers, int(N * K * 6.25 / 8)))
@@ -211,8 +212,8 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
             acc = {}
             if kern == "linear" and kind in FORMATS:
                 fn = lambda i: linear(xs[i], sets[i], out=ys[i])  # noqa: E731
-            elif kern == "linear" and kind.startswith("nestedfp"):
-                mode = "fp16" if kind == "nestedfp16" else "fp8"
+            elif kern == "linear" and kind in NESTEDFP_FORMATS:
+                mode = ENGINE[kind].mode
                 fn = lambda i: linear(xs[i], sets[i], mode=mode, out=ys[i])  # noqa: E731
             elif kern == "linear":
                 fn = lambda i: linear(xs[i], sets[i], out=ys[i])  # noqa: E731
@@ -234,7 +235,7 @@ def _bench_shape(ctx: _Ctx, model, layer, K, N, Ms, kinds, baselines):
                 chk = _check(ctx, kern, kind, ys[0], x_host, q, cols, sets[0])
                 t = time_launches(fn, n_sets=n)
                 err = ""
-                if kind == "nestedfp8" and not fp8_done and M >= 64:
+                if kind in NESTEDFP_FORMATS and ENGINE[kind].fp8 and not fp8_done and M >= 64:
                     acc = _fp8_accuracy(ctx, sets[0], x_host)
                     fp8_done = True
             except Exception as e:  # recorded, printed, not hidden
@@ -265,10 +266,11 @@ def _check(ctx, kern, kind, y_dev, x_host, q, cols, first):
             return _check_fp4(f"{kern}/{kind}", y_dev, NVFP4().quantize(x_host).dequantize(), q, cols)
         return _check_fp4(f"{kern}/{kind}", y_dev, x_host, q, cols)
     got = y_dev.get()[:, cols].astype(np.float64)
-    if kind == "nestedfp16":
+    ef = ENGINE[kind]
+    if not ef.fp8:  # NestedFP's FP16 mode
         xd, wd = x_host.astype(np.float64), q[cols].astype(np.float64)
         return _check_bound(kind, got, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, x_host.shape[1])
-    if kind == "nestedfp8":
+    if ef.fp8:
         from mactile.golden import FP8_E4M3
         from mactile.golden.fp8token import per_token_e4m3
         codes, scales = per_token_e4m3(x_host)

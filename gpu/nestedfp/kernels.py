@@ -308,7 +308,8 @@ class NestedFPLinear:
             return self._stream(x, mode, config, check_finite, y)
         if config is None:
             from ..tuning import engine_choice, load_table  # noqa: PLC0415
-            fmt = "nestedfp16" if mode == "fp16" else "nestedfp8"
+            from ..formats import nestedfp_format  # noqa: PLC0415
+            fmt = nestedfp_format(mode).name
             config, _ = engine_choice(load_table(), fmt, self.k, self.n, m)
         if mode == "fp16":
             return gemm_planes(x, self.upper, self.lower, self.n, cfg=config, out=y, pdl=use_pdl(m))

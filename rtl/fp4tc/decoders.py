@@ -218,7 +218,11 @@ def decode_scale(m: Module, operand: OperandSpec, byte, *, name: str) -> ScaleDe
         m.d.comb += [sig.eq(Cat(man, Const(1, 1))), e_eff.eq(e)]
     m.d.comb += neg.eq(code[f.bits - 1] if operand.scale_signed else 0)
     mag_mask = (1 << (f.exp_bits + f.man_bits)) - 1
-    nan_mags = sorted({int(c) & mag_mask for c in f.nan_codes})
+    classes = f.classes.restrict((1 << operand.scale_field_bits) - 1)  # the classifier record
+    if classes.inf:  # never decode an Inf code as a finite 2**k
+        raise ValueError(f"{operand.name}: the scale decode has no Inf output, and "
+                         f"{f.name} codes {list(classes.inf)} are Inf")
+    nan_mags = sorted({int(c) & mag_mask for c in classes.nan})
     m.d.comb += nan.eq(Cat(*(code[:f.exp_bits + f.man_bits] == c for c in nan_mags)).any()
                        if nan_mags else 0)
     return ScaleDecode(neg, sig, e_eff, nan)

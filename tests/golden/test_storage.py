@@ -4,12 +4,14 @@ GPU kernels' NumPy emulation."""
 import numpy as np
 import pytest
 
-from mactile.golden import BLOCK_FORMATS
+from mactile.golden import BLOCK_FORMATS, FP4_E2M1
 from mactile.golden.storage import STORAGES, pack_scale, storage_of, unpack_scale
 from mactile.golden.tensorcore import ELEM_FRAC, offsets_for, operand_for
 from mactile.gpu.formats import FP4_ENGINE_FORMATS, kernel_format, kernel_scale_words
 
-ONE = 2  # FP4 E2M1 code of 1.0
+def _one(st):
+    """Element code of 1.0 (FP4 E2M1: 2; MXINT8: 64)."""
+    return int(np.flatnonzero(st.element_values() == 1.0)[0])
 
 
 def _golden(fmt, words):
@@ -17,7 +19,7 @@ def _golden(fmt, words):
     of 1.0 codes and one special code under each word, tensor scale 1."""
     st = fmt.storage
     n, bs = len(words), fmt.block_size
-    codes = np.full((n, bs), ONE, np.uint8)
+    codes = np.full((n, bs), _one(st), np.uint8)
     if st.specials:
         codes[:, 1] = st.special_code
     out = fmt._dequantize_blocks(codes, words, None, {"tensor_scale": np.float32(1.0)})
@@ -43,7 +45,8 @@ def test_every_scale_word_agrees(name):
         assert np.array_equal(special[np.isfinite(scale) & (scale != 0)],
                               np.where(neg == 1, -mags, mags)[np.isfinite(scale) & (scale != 0)])
     checked = []
-    if st.word.bits == 8:  # the tensor core takes byte-wide scale words
+    fp4 = st.element.encoding == FP4_E2M1.encoding
+    if st.word.bits == 8 and fp4:  # the tensor core takes byte-wide scale words, FP4 elements
         op = operand_for(fmt)
         assert np.array_equal(op.scale_values(words), scale, equal_nan=True)
         if st.specials:
@@ -65,7 +68,9 @@ def test_every_scale_word_agrees(name):
             by_meta = np.asarray(kf.special_values_by_meta())
             assert np.array_equal(by_meta[meta], np.where(neg == 1, -mags, mags))
         checked.append("gpu")
-    assert checked, f"{name}: neither the tensor core nor the GPU reads this storage"
+    # FP4 storages reach the tensor core or the GPU; the MX family's wider elements are
+    # golden-only there (refused by trait: tests/gpu/test_fp4_packing.py)
+    assert checked or not fp4, f"{name}: neither the tensor core nor the GPU reads this storage"
 
 
 def test_storage_layouts():

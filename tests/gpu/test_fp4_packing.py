@@ -1,18 +1,26 @@
 """Host-side packers (no GPU needed): exact round trips, and the kernels' decode (prmt
 lookups, special-value folding, scale bit placement) emulated in NumPy against the
-golden dequantization, for every format and odd shapes."""
+golden dequantization, for every engine format (from the registry) and odd shapes; formats
+and scales the kernels cannot decode exactly are refused by trait."""
+import dataclasses
+
 import numpy as np
 import pytest
 
-from mactile.golden import NVFP4, RaZeR, RaZeRAct, RaZeRG128, MXFP4, FP16
-from mactile.gpu.formats import (F16_MAGIC, F16_OFFSET, F32_MAGIC, F32_OFFSET, kernel_format,
+from mactile.golden import BLOCK_FORMATS, FP4_E2M1, FP8_E5M2, NVFP4, RaZeR, RaZeRAct, RaZeRG128, MXFP4, FP16
+from mactile.golden.storage import STORAGES, BlockStorage, ScaleWord
+from mactile.gpu.formats import (F16_MAGIC, F16_OFFSET, F32_MAGIC, F32_OFFSET, FP4_ENGINE_FORMATS,
+                                 EngineScale, engine_scale_kind, golden_proto, kernel_format,
                                  fp4_encode_header, lut_byte, traits_header)
 from mactile.gpu.packing import (emulate_frag_values, emulate_rowmajor_values, pack_activation,
                                  pack_w4a16, prmt, quantized_from_arrays, unpack_activation,
                                  unpack_frag, unpack_rowmajor)
 
-FORMATS = [NVFP4(), RaZeR(), RaZeR(special_values=(4.5, 9.5)), RaZeRG128(), RaZeRG128(special_values=(2.5, 7.0))]
-IDS = ["nvfp4", "razer-5-8", "razer-4.5-9.5", "g128-5-8", "g128-2.5-7"]
+#: Every FP4 engine format's default (from the engine registry, so a new one is tested
+#: without editing this list), plus the special-value formats at other special values.
+FORMATS = [golden_proto(n) for n in FP4_ENGINE_FORMATS] + [
+    RaZeR(special_values=(4.5, 9.5)), RaZeRG128(special_values=(2.5, 7.0))]
+IDS = list(FP4_ENGINE_FORMATS) + ["razer-4.5-9.5", "g128-2.5-7"]
 
 
 def _weights(fmt, N, K, rng):
@@ -28,16 +36,78 @@ def test_roundtrip_and_emulated_decode(fmt, shape, rng):
     if K % fmt.block_size:
         pytest.skip("K not a multiple of the block")
     q = _weights(fmt, N, K, rng)
-    p = pack_w4a16(q)
-    for unpack in (unpack_frag, unpack_rowmajor):
-        c, s = unpack(p)
+    p = pack_w4a16(q)  # every layout the format's kernels read
+    kf = p.fmt
+    unpackers = {"frag": unpack_frag, "rowmajor": unpack_rowmajor}
+    emulators = {"frag": emulate_frag_values, "rowmajor": emulate_rowmajor_values}
+    for name in p.layouts:
+        c, s = unpackers[name](p)
         np.testing.assert_array_equal(c, q.codes.reshape(N, K))
-        np.testing.assert_array_equal(s, q.scales.reshape(N, -1))
-    for emulate in (emulate_frag_values, emulate_rowmajor_values):
-        v = emulate(p)  # without the tensor scale; multiplying it back is exact
-        np.testing.assert_array_equal(v * float(q.tensor_scale), q.dequantize())
-    if fmt.name != "nvfp4":  # the special code must actually occur
+        if not (name == "frag" and kf.scale_kind is EngineScale.POW2_F16):  # rebased bytes
+            np.testing.assert_array_equal(s, q.scales.reshape(N, -1))
+        v = emulators[name](p)  # without the tensor scale; multiplying it back is exact
+        ts = 1.0 if q.tensor_scale is None else float(q.tensor_scale)
+        np.testing.assert_array_equal(v * ts, q.dequantize())
+    if kf.has_special:  # the special code must actually occur
         assert (q.codes == 0).any()
+
+
+def test_every_engine_format_is_tested():
+    """The list above comes from the engine registry: each FP4 engine format, mxfp4 too."""
+    assert {f.name for f in FORMATS} == set(FP4_ENGINE_FORMATS) and "mxfp4" in FP4_ENGINE_FORMATS
+
+
+def _nvfp4_with_scale(scale_format):
+    """An nvfp4 variant whose block scale byte holds ``scale_format`` (no golden class of
+    its own: NVFP4's quantizer with another storage entry)."""
+    st = dataclasses.replace(STORAGES["nvfp4"], name=f"nvfp4-{scale_format.name}",
+                             word=ScaleWord(bits=8, scale_format=scale_format,
+                                            scale_bits=scale_format.bits))
+    cls = type("NVFP4Variant", (NVFP4,), {"name": st.name, "storage": st})
+    return cls()
+
+
+def test_unsupported_scale_is_refused_by_trait(monkeypatch):
+    """An nvfp4 variant with an E5M2 block scale: the bit-placement decode takes an E4M3 byte
+    or a power of two only, so the kernels refuse it by naming the scale format -- even if
+    the name were registered for the engine (the identity test this replaces sent it down
+    the E8M0 path, whose emulation disagreed with golden on most values)."""
+    fmt = _nvfp4_with_scale(FP8_E5M2)
+    with pytest.raises(ValueError, match="no exact decode of nvfp4-fp8_e5m2's fp8_e5m2 block scale"):
+        engine_scale_kind(fmt.storage)
+    monkeypatch.setattr("mactile.gpu.formats.FP4_ENGINE_FORMATS",
+                        FP4_ENGINE_FORMATS + (fmt.name,))
+    with pytest.raises(ValueError, match="fp8_e5m2 block scale"):
+        kernel_format(fmt)
+
+
+def test_engine_scale_kind_from_traits():
+    """The scale path follows from the storage's traits (no format name is read)."""
+    got = {n: engine_scale_kind(STORAGES[n]) for n in FP4_ENGINE_FORMATS}
+    assert got == {"nvfp4": EngineScale.E4M3, "mxfp4": EngineScale.POW2_F16,
+                   "razer": EngineScale.BITS_F16, "razer-g128": EngineScale.FP32}
+    # the same traits under another name give the same path
+    renamed = dataclasses.replace(STORAGES["nvfp4"], name="my-fp4")
+    assert engine_scale_kind(renamed) is EngineScale.E4M3
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in BLOCK_FORMATS.items()
+                                        if c.storage is not None and c.storage.element != FP4_E2M1))
+def test_non_fp4_elements_refused(name, rng):
+    """The OCP MX family's FP8/FP6/INT8 elements: the engine runs FP4 elements only, and says so."""
+    q = BLOCK_FORMATS[name]().quantize(rng.standard_normal((4, 64)).astype(np.float32))
+    with pytest.raises(ValueError, match=f"FP4 E2M1 elements only: {name} has"):
+        pack_w4a16(q)
+
+
+def test_nan_scale_refused_by_class(rng):
+    """A NaN block-scale code (E8M0 0xFF, a class of the scale field) is refused when packing."""
+    q = MXFP4().quantize(rng.standard_normal((4, 64)).astype(np.float32))
+    scales = q.scales.copy()
+    scales.flat[1] = 0xFF
+    bad = quantized_from_arrays(q.format, q.codes.reshape(4, 64), scales.reshape(4, 2), None)
+    with pytest.raises(ValueError, match="nan block scale \\(code 0xff\\)"):
+        pack_w4a16(bad)
 
 
 def test_padding_is_inert(rng):
