@@ -64,7 +64,7 @@ _UNSIGNED_VIEW = {torch.int32: "uint32", torch.int16: "uint16"}
 
 def view(cp, t: torch.Tensor, dtype: str | None = None):
     """A CuPy array over ``t``'s memory (no copy); ``dtype`` reinterprets the bits."""
-    a = cp.asarray(t)
+    a = cp.asarray(t.detach())  # torch exports no interface for tensors that require grad
     return a.view(dtype) if dtype is not None and a.dtype != dtype else a
 
 
