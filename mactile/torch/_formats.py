@@ -16,7 +16,7 @@ from mactile.golden import BLOCK_FORMATS, BlockFormat, IntGroup, NestedFP, Neste
 from mactile.golden.conventions import Convention, convention_for
 
 __all__ = ["spec_json", "format_from_spec", "resolve_format", "layer_kind", "KINDS", "MODES",
-           "default_mode"]
+           "default_mode", "ALIASES"]
 
 #: Layer kinds: the GPU path a format's weights take.
 KINDS = ("fp4", "nestedfp", "flexq")
@@ -64,8 +64,13 @@ def format_from_spec(spec: str) -> BlockFormat:
     return cls(**kwargs)
 
 
+#: Names of torch-level schemes that are a registry format with fixed options.
+ALIASES = {"flexq": ("int-group", {"bits": 6})}
+
+
 def resolve_format(format, convention=None) -> BlockFormat:
-    """A golden format from a registry name (with an optional convention preset) or a spec."""
+    """A golden format from a registry name (with an optional convention preset), a scheme
+    of :data:`ALIASES` (``flexq``: int-group, 6 bits) or a spec."""
     if isinstance(format, BlockFormat):
         if convention is not None:
             raise ValueError("convention= applies to a format given by name; this spec already "
@@ -73,7 +78,8 @@ def resolve_format(format, convention=None) -> BlockFormat:
         return format
     if not isinstance(format, str):
         raise TypeError(f"format must be a registry name or a golden BlockFormat, got {format!r}")
-    return get_format(format, convention=convention)
+    name, opts = ALIASES.get(format, (format, {}))
+    return get_format(name, convention=convention, **opts)
 
 
 def layer_kind(fmt: BlockFormat) -> str:

@@ -57,7 +57,8 @@ def test_state_dict_holds_packed_tensors(rng):
 def test_unknown_format_and_convention(rng):
     """A format without a GPU path is refused by name; a non-default convention packs the
     same storage and dequantizes with its own golden rule (CPU)."""
-    from mactile.golden import get_format
+    from mactile.golden import IntGroup, get_format
+    assert QuantLinear(256, 64, format="flexq", mode="w6a8").fmt == IntGroup(bits=6)  # the scheme's alias
     with pytest.raises(ValueError, match="no torch layer"):
         QuantLinear.from_linear(_lin(rng, 64, 256), "dialectfp4")
     lin = _lin(rng, 64, 256, bias=False)
