@@ -149,8 +149,9 @@ class QuantLinear(nn.Module):
             rm = p.layouts.get("rowmajor")
             self._buffer("rm_codes", _t(rm["codes"] if rm else _EMPTY_U8))
             self._buffer("rm_scales", _t(rm["scales"] if rm else _EMPTY_U8))
-            ts = [] if q.tensor_scale is None else [float(q.tensor_scale)]
-            self._buffer("tensor_scale", torch.tensor(ts, dtype=torch.float32))
+            # FP32 bits as int32: a model's .half() / .to(bfloat16) casts floating buffers
+            ts = np.array([] if q.tensor_scale is None else [q.tensor_scale], np.float32)
+            self._buffer("tensor_scale", torch.from_numpy(ts.view(np.int32)))
             self._buffer("out_log2", torch.tensor([int(frag.get("out_log2", 0))], dtype=torch.int32))
         elif self.kind == "nestedfp":
             from mactile.golden import nestedfp_eligible, nestedfp_split  # noqa: PLC0415
@@ -170,11 +171,11 @@ class QuantLinear(nn.Module):
                     planes.append(full.reshape(Np, Kp // 16, 16)[:, :, KPERM].reshape(Np, Kp))
                 self._buffer("upper", _t(planes[0]))
                 self._buffer("lower", _t(planes[1]))
-                self._buffer("weight", torch.zeros((0,), dtype=torch.float16))
+                self._buffer("weight", torch.zeros((0,), dtype=torch.int16))
             else:  # NestedFP's exception layer: FP16 weights, FP16 in both modes
                 self._buffer("upper", torch.zeros((0,), dtype=torch.uint8))
                 self._buffer("lower", torch.zeros((0,), dtype=torch.uint8))
-                self._buffer("weight", torch.from_numpy(w16.copy()))
+                self._buffer("weight", torch.from_numpy(w16.view(np.int16).copy()))  # FP16 bits
         else:  # flexq
             from mactile.gpu.flexq.layout import WEIGHT_TILE, pack_quantized  # noqa: PLC0415
 
@@ -187,7 +188,7 @@ class QuantLinear(nn.Module):
         """Python copies of the scalars the ops take (after packing or loading)."""
         if self.kind == "fp4":
             self._has_ts = bool(self.tensor_scale.numel())
-            self._ts = float(self.tensor_scale.cpu()[0]) if self._has_ts else 1.0
+            self._ts = float(self.tensor_scale.cpu().numpy().view(np.float32)[0]) if self._has_ts else 1.0
             self._out_log2 = int(self.out_log2.cpu()[0])
 
     # ------------------------------------------------------------------ forward

@@ -276,7 +276,7 @@ def nestedfp_weight(upper, lower, weight, n, k, mode):
 
     def build():
         if weight.numel():
-            return weight.detach().cpu().float()
+            return weight.detach().cpu().view(torch.float16).float()
         u, lo = _planes_logical(upper, lower, n, k)
         if mode == "fp16":
             w = nestedfp_merge(u, lo).view(np.float16).astype(np.float32)
@@ -305,7 +305,8 @@ def nestedfp(x: torch.Tensor, upper: torch.Tensor, lower: torch.Tensor, weight: 
     """NestedFP ``y = x @ W.T`` in ``mode`` ``"fp16"`` or ``"fp8"``.
 
     ``upper``/``lower``: the kernels' padded, K-permuted byte planes (empty for an
-    exception layer); ``weight``: the FP16 weights of an exception layer (else empty).
+    exception layer); ``weight``: the FP16 weights of an exception layer as int16 bits
+    (else empty).
     CPU: FP16 mode ``x @ W16.T`` in float32; FP8 mode the golden per-token E4M3 activations
     (values ``A``, scales ``s``) and ``y = (A @ E4M3(upper).T) * (s * 2**-8)`` in float32
     (:func:`mactile.golden.fp8token.nestedfp8_matmul_reference`'s definition).
@@ -324,7 +325,7 @@ def _nestedfp_cuda(x, upper, lower, weight, n, k, mode):
     _check_nestedfp_mode(mode)
     x16 = _fp16_input(x)
     if weight.numel():  # exception layer: FP16 in both modes (NestedFP Sec. 5.1)
-        return torch.matmul(x16, weight.to(torch.float16).t()).to(x.dtype)
+        return torch.matmul(x16, weight.view(torch.float16).t()).to(x.dtype)
     from mactile.gpu.engine import gemm_fp8, gemm_planes, use_pdl  # noqa: PLC0415
     from mactile.gpu.nestedfp.kernels import quantize_e4m3  # noqa: PLC0415
     from mactile.gpu.tuning import engine_choice, load_table  # noqa: PLC0415

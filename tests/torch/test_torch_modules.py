@@ -46,6 +46,19 @@ def test_save_load_round_trip(tmp_path, rng, name, mode):
     assert torch.equal(empty(x), y)
 
 
+@pytest.mark.parametrize("name,mode", LAYERS, ids=[f"{n}-{m}" for n, m in LAYERS])
+def test_dtype_casts_keep_the_packed_bits(rng, name, mode):
+    """model.half() / .to(bfloat16) cast floating buffers: none of QuantLinear's is one."""
+    w = _lin(rng, 64, 256, bias=False, scale=3.0 if name == "nestedfp" else 0.3)  # nestedfp: exception layer
+    layer = QuantLinear.from_linear(w, name, mode=mode)
+    sd = {k: v.clone() for k, v in layer.state_dict().items()}
+    x = torch.from_numpy(rng.standard_normal((2, 256)).astype(np.float16))
+    y = layer(x)
+    layer.to(torch.bfloat16).half()
+    assert all(torch.equal(v, layer.state_dict()[k]) for k, v in sd.items())
+    assert torch.equal(layer(x), y)
+
+
 def test_state_dict_holds_packed_tensors(rng):
     layer = QuantLinear.from_linear(_lin(rng, 64, 256), "nvfp4")
     keys = set(layer.state_dict())
