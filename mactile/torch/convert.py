@@ -127,7 +127,7 @@ def _nbytes(m: nn.Module) -> int:
 
 
 def quantize_model(model: nn.Module, format="nvfp4", *, convention: str | None = None,
-                   mode: str | None = None, include=None, exclude=DEFAULT_EXCLUDE,
+                   mode: str | None = None, include=None, exclude=None,
                    layouts=None, progress: bool = True) -> QuantizeSummary:
     """Replace ``model``'s ``nn.Linear`` layers by :class:`QuantLinear` in place.
 
@@ -138,11 +138,11 @@ def quantize_model(model: nn.Module, format="nvfp4", *, convention: str | None =
     include : str or list of str, optional
         Globs (``fnmatch``) over the layers' qualified names (``model.layers.0.mlp.up_proj``);
         only matching layers are replaced (default: every ``nn.Linear``).
-    exclude : str or list of str
-        Globs of layers to keep (default :data:`DEFAULT_EXCLUDE`: the LM head; pass ``()``
+    exclude : str or list of str, optional
+        Globs of layers to keep (None: :data:`DEFAULT_EXCLUDE`, the LM head; pass ``()``
         to quantize it too).
     progress : bool
-        A progress bar on stderr (tqdm when installed).
+        A progress bar on stderr (tqdm when installed), then the summary.
 
     Returns
     -------
@@ -152,7 +152,8 @@ def quantize_model(model: nn.Module, format="nvfp4", *, convention: str | None =
         not a multiple of the block size).
     """
     fmt = resolve_format(format, convention)
-    inc, exc = _patterns(include, "include"), _patterns(exclude, "exclude")
+    inc = _patterns(include, "include")
+    exc = DEFAULT_EXCLUDE if exclude is None else _patterns(exclude, "exclude")
     todo, summary = [], QuantizeSummary(fmt.describe(), mode)
     for name, m in model.named_modules():
         if type(m) is not nn.Linear:  # subclasses may compute something else
@@ -182,6 +183,8 @@ def quantize_model(model: nn.Module, format="nvfp4", *, convention: str | None =
         bar.close()
     if summary.mode is None and summary.replaced:
         summary.mode = model.get_submodule(summary.replaced[0][0]).mode
+    if progress:
+        print(f"mactile: {summary}", file=sys.stderr)
     return summary
 
 

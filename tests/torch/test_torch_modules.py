@@ -101,7 +101,7 @@ def test_quantize_model_summary(rng, capsys):
     before = {n: p.numel() * p.element_size() for n, p in m.named_parameters()}
     s = quantize_model(m, "razer", progress=True)
     err = capsys.readouterr().err
-    assert "mactile: quantizing" in err
+    assert "mactile: quantizing" in err and "3 linear layers -> razer" in err
     assert [r[0] for r in s.replaced] == ["up", "down", "odd"]
     assert dict(s.skipped)["lm_head"] == "excluded"
     assert "block" in dict(s.skipped)["narrow"] or "multiple" in dict(s.skipped)["narrow"]
@@ -120,6 +120,7 @@ def test_quantize_model_include_exclude(rng):
     assert [r[0] for r in s.replaced] == ["up"]
     assert dict(s.skipped)["down"] == "excluded" and dict(s.skipped)["odd"] == "not in include"
     m2 = _MLP()
+    assert dict(quantize_model(_MLP(), "nvfp4", exclude=None, progress=False).skipped)["lm_head"] == "excluded"
     s2 = quantize_model(m2, "int-group", mode="w6a8", exclude=(), progress=False)
     assert "lm_head" not in [r[0] for r in s2.replaced]  # K = 8: no group of 128, kept with the reason
     assert isinstance(m2.up, QuantLinear) and m2.up.mode == "w6a8"
