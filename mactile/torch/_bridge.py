@@ -15,6 +15,7 @@ Every CUDA implementation of a :mod:`mactile.torch.ops` op runs inside :func:`on
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 
@@ -68,14 +69,20 @@ def view(cp, t: torch.Tensor, dtype: str | None = None):
     return a.view(dtype) if dtype is not None and a.dtype != dtype else a
 
 
+_CACHE: dict = {}
+
+
 def cached(owner: torch.Tensor, tensors, build):
-    """``build()``'s result, kept on ``owner`` while the data pointers of ``tensors`` stay
-    the same (a view object made once per layer, not per call). The object holds CuPy
-    views of the tensors, so they live at least as long as it does."""
+    """``build()``'s result, kept for ``owner`` while the data pointers and shapes of
+    ``tensors`` stay the same (a view object made once per layer, not per call). The entry
+    is dropped when ``owner`` dies; it is kept beside the tensor, not in its ``__dict__``,
+    so that copying a module does not copy CuPy views."""
     key = tuple(t.data_ptr() for t in tensors) + tuple(tuple(t.shape) for t in tensors)
-    hit = getattr(owner, "_mactile_gpu", None)
+    hit = _CACHE.get(id(owner))
     if hit is not None and hit[0] == key:
         return hit[1]
     obj = build()
-    owner._mactile_gpu = (key, obj)
+    if hit is None:
+        weakref.finalize(owner, _CACHE.pop, id(owner), None)
+    _CACHE[id(owner)] = (key, obj)
     return obj

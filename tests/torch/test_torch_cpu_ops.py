@@ -222,3 +222,22 @@ def test_compile_inductor_layer(rng):
     x = _x(rng, 6, 128)
     eager = layer(x)
     assert torch.equal(torch.compile(layer, fullgraph=True)(x), eager)
+
+
+def test_gpu_view_cache_follows_the_tensors():
+    """The per-layer view objects of the CUDA implementations: reused while the tensors'
+    memory is the same, rebuilt when it moves, dropped with the tensor (no leak, no stale
+    view after an address is reused)."""
+    import gc
+
+    from mactile.torch import _bridge
+    t = torch.zeros(8)
+    built = []
+    first = _bridge.cached(t, (t,), lambda: built.append(1) or object())
+    assert _bridge.cached(t, (t,), lambda: built.append(1) or object()) is first and len(built) == 1
+    t.set_(torch.zeros(16))  # new memory (as load_state_dict with assign, or .to() would give)
+    assert _bridge.cached(t, (t,), lambda: built.append(1) or object()) is not first and len(built) == 2
+    n = len(_bridge._CACHE)
+    del t
+    gc.collect()
+    assert len(_bridge._CACHE) == n - 1
