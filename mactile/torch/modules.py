@@ -32,6 +32,12 @@ def _t(a: np.ndarray) -> torch.Tensor:
 _EMPTY_U8 = np.zeros((0,), np.uint8)
 
 
+def _refresh_hook(module, _incompatible_keys) -> None:
+    """After ``load_state_dict``: the Python scalars read again from the loaded buffers (a
+    named function, so that ``torch.save(model)`` can pickle the hook)."""
+    module._refresh()
+
+
 class QuantLinear(nn.Module):
     """``y = x @ W.T + b`` with ``W`` quantized to a golden format and packed for the GPU.
 
@@ -83,7 +89,7 @@ class QuantLinear(nn.Module):
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
         else:
             self.register_parameter("bias", None)
-        self.register_load_state_dict_post_hook(lambda module, _incompatible: module._refresh())
+        self.register_load_state_dict_post_hook(_refresh_hook)
         if device is not None:
             self.to(device)
 

@@ -59,6 +59,16 @@ def test_dtype_casts_keep_the_packed_bits(rng, name, mode):
     assert torch.equal(layer(x), y)
 
 
+def test_torch_save_and_deepcopy(tmp_path, rng):
+    import copy
+    layer = QuantLinear.from_linear(_lin(rng, 64, 256), "razer")
+    x = torch.randn(3, 256)
+    y = layer(x)
+    torch.save(layer, tmp_path / "layer.pt")
+    assert torch.equal(torch.load(tmp_path / "layer.pt", weights_only=False)(x), y)
+    assert torch.equal(copy.deepcopy(layer)(x), y)
+
+
 def test_state_dict_holds_packed_tensors(rng):
     layer = QuantLinear.from_linear(_lin(rng, 64, 256), "nvfp4")
     keys = set(layer.state_dict())
