@@ -177,11 +177,11 @@ class QuantLinear(nn.Module):
                     planes.append(full.reshape(Np, Kp // 16, 16)[:, :, KPERM].reshape(Np, Kp))
                 self._buffer("upper", _t(planes[0]))
                 self._buffer("lower", _t(planes[1]))
-                self._buffer("weight", torch.zeros((0,), dtype=torch.int16))
+                self._buffer("fp16_weight", torch.zeros((0,), dtype=torch.int16))
             else:  # NestedFP's exception layer: FP16 weights, FP16 in both modes
                 self._buffer("upper", torch.zeros((0,), dtype=torch.uint8))
                 self._buffer("lower", torch.zeros((0,), dtype=torch.uint8))
-                self._buffer("weight", torch.from_numpy(w16.view(np.int16).copy()))  # FP16 bits
+                self._buffer("fp16_weight", torch.from_numpy(w16.view(np.int16).copy()))  # FP16 bits
         else:  # flexq
             from mactile.gpu.flexq.layout import WEIGHT_TILE, pack_quantized  # noqa: PLC0415
 
@@ -207,7 +207,7 @@ class QuantLinear(nn.Module):
             y = op(x2, self.codes, self.scales, self.rm_codes, self.rm_scales, self.spec, N, K,
                    self._ts, self._has_ts, self._out_log2)
         elif self.kind == "nestedfp":
-            y = torch.ops.mactile.nestedfp(x2, self.upper, self.lower, self.weight, N, K, self._mode)
+            y = torch.ops.mactile.nestedfp(x2, self.upper, self.lower, self.fp16_weight, N, K, self._mode)
         else:
             y = torch.ops.mactile.flexq(x2, self.planes, self.wscales, N, K, int(self._mode[-1]))
         y = y.reshape(*lead, N)
@@ -226,8 +226,8 @@ class QuantLinear(nn.Module):
                                    self.rm_scales.cpu(), self.spec, N, K, self._ts, self._has_ts,
                                    self._out_log2).clone()
         if self.kind == "nestedfp":
-            w = _ops.nestedfp_weight(self.upper.cpu(), self.lower.cpu(), self.weight.cpu(), N, K, self._mode)
-            return w.clone() if self._mode == "fp16" or self.weight.numel() else w * 2.0 ** -8
+            w = _ops.nestedfp_weight(self.upper.cpu(), self.lower.cpu(), self.fp16_weight.cpu(), N, K, self._mode)
+            return w.clone() if self._mode == "fp16" or self.fp16_weight.numel() else w * 2.0 ** -8
         return _ops.flexq_weight(self.planes.cpu(), self.wscales.cpu(), N, K).clone()
 
     def quantized(self):
@@ -246,7 +246,7 @@ class QuantLinear(nn.Module):
     @property
     def eligible(self) -> bool:
         """NestedFP: whether the weights are stored as planes (else an FP16 exception layer)."""
-        return self.kind != "nestedfp" or not self.weight.numel()
+        return self.kind != "nestedfp" or not self.fp16_weight.numel()
 
     def extra_repr(self) -> str:
         extra = "" if self.kind != "nestedfp" or self.eligible else ", exception layer (FP16)"

@@ -159,7 +159,7 @@ def _layer_args(layer, x):
         return op, (x, layer.codes, layer.scales, layer.rm_codes, layer.rm_scales, layer.spec, N, K,
                     layer._ts, layer._has_ts, layer._out_log2)
     if layer.kind == "nestedfp":
-        return torch.ops.mactile.nestedfp, (x, layer.upper, layer.lower, layer.weight, N, K, layer.mode)
+        return torch.ops.mactile.nestedfp, (x, layer.upper, layer.lower, layer.fp16_weight, N, K, layer.mode)
     return torch.ops.mactile.flexq, (x, layer.planes, layer.wscales, N, K, int(layer.mode[-1]))
 
 
