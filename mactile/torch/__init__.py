@@ -1,0 +1,1 @@
+"""PyTorch integration of mactile (needs torch)."""
