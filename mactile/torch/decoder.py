@@ -292,6 +292,7 @@ class Decoder(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.max_batch = self.max_seq = 0
+        self.register_buffer("causal_mask", None, persistent=False)
         self._rope(min(cfg.max_position, ROPE_TABLE), device=None)
 
     @classmethod
