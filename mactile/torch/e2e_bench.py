@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from .decoder import Decoder, get_config
+from .decoder import Decoder, KVCache, get_config
 from .generate import Generator, NestedFPPolicy, set_precision_mode
 
 __all__ = ["Variant", "VARIANTS", "DEFAULT_BATCHES", "PREFILL_LENGTHS", "run_e2e", "markdown", "plot",
@@ -184,7 +184,7 @@ def _quantize_template(linears: dict[str, nn.Module], v: Variant) -> dict[str, n
     for k, lin in linears.items():
         setattr(holder, k.replace(".", "_"), lin)
     kw = {k: val for k, val in (("mode", v.mode), ("convention", v.convention)) if val is not None}
-    quantize_model(holder, format=v.format, progress=False, **kw)
+    quantize_model(holder, format=v.format, exclude=(), progress=False, **kw)
     return {k: getattr(holder, k.replace(".", "_")) for k in linears}
 
 
@@ -242,18 +242,37 @@ def restore(model: Decoder, state: dict) -> None:
         _set(model, p, m)
 
 
-def weight_bytes(model: Decoder) -> int:
-    """Bytes held by the layers' and the head's parameters and buffers (the caches, rotary
-    tables and mask excluded; the embedding excluded: a step reads ``batch`` rows of it)."""
-    seen, n = set(), 0
-    mods = [model.model.layers, model.lm_head, model.model.norm]
-    for m in mods:
-        for name, t in [*m.named_parameters(), *m.named_buffers()]:
-            if "kv_cache" in name or t.data_ptr() in seen:
-                continue
-            seen.add(t.data_ptr())
-            n += t.numel() * t.element_size()
-    return n
+def _read_bytes(m: nn.Module) -> int | None:
+    """Bytes one product reads of a quantized layer's weight: ``N x K x bits / 8`` from its
+    golden spec (a layer may store more than one kernel layout; a kernel reads one)."""
+    fmt = getattr(m, "fmt", None)
+    if getattr(m, "kind", None) == "nestedfp" and getattr(m, "mode", None) == "fp8":
+        return int(m.in_features * m.out_features)  # FP8 mode reads the upper byte plane only
+    bpe = getattr(fmt, "bits_per_element", None)
+    if bpe is None or not hasattr(m, "in_features"):
+        return None
+    bits = bpe() if callable(bpe) else bpe
+    return int(m.in_features * m.out_features * bits / 8)
+
+
+def weight_bytes(model: Decoder) -> dict:
+    """``{"read": bytes a decode step reads of the layers' and head's weights, "stored": bytes
+    their parameters and buffers hold}``. A quantized layer with a golden spec counts its
+    spec's bits per weight as read; every other module what it holds. The caches, rotary
+    tables and mask are excluded, and the embedding (a step reads ``batch`` rows of it)."""
+    seen, stored, read = set(), 0, 0
+    for top in (model.model.layers, model.lm_head, model.model.norm):
+        for m in top.modules():
+            own = 0
+            for name, t in [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]:
+                if t is None or t.data_ptr() in seen or isinstance(m, KVCache):
+                    continue
+                seen.add(t.data_ptr())
+                own += t.numel() * t.element_size()
+            stored += own
+            rb = _read_bytes(m)
+            read += own if rb is None else rb
+    return {"read": read, "stored": stored}
 
 
 # ----------------------------------------------------------------------------- timing
@@ -483,9 +502,12 @@ def run_e2e(opts: Options, *, log=print) -> dict:
             log(f"  {v.name}: not run ({msg})")
             records.append({**base, "measure": "build", "error": msg})
             continue
-        wb = weight_bytes(model)
-        records.append({**base, "measure": "build", "build_s": st["build_s"], "weights": st["how"], "weight_bytes": wb})
-        log(f"  {v.name}: built in {st['build_s']:.1f} s ({st['how']}), weights {wb / 2**30:.2f} GiB")
+        wbs = weight_bytes(model)
+        wb = wbs["read"]
+        records.append({**base, "measure": "build", "build_s": st["build_s"], "weights": st["how"],
+                        "weight_bytes": wb, "stored_bytes": wbs["stored"]})
+        log(f"  {v.name}: built in {st['build_s']:.1f} s ({st['how']}), weights {wb / 2**30:.2f} GiB read per step, "
+            f"{wbs['stored'] / 2**30:.2f} GiB stored")
         try:
             with torch.no_grad():
                 model.clear_caches()
@@ -552,7 +574,7 @@ _METHOD = ("Random weights. Decode: cache positions 0..{context}-1 taken as fill
            "steps (capture and warm-up), then {gen} steps from position {context}, each timed between CUDA "
            "events; tokens/s = batch x steps / sum of step times; time per output token = median step. "
            "Prefill: batch 1, eager, median of the timed repetitions after one warm-up. Bandwidth limit: "
-           "bytes of the layers' and head's weights over the measured read bandwidth (and with the key/value "
+           "bytes of the layers' and head's weights a step reads (a quantized layer: its format's bits per weight) over the measured read bandwidth (and with the key/value "
            "bytes of context + gen/2 positions). mactile variants: layer 0 quantized and copied to every layer.")
 
 
@@ -575,7 +597,7 @@ def markdown(result: dict) -> str:
              f"gemlite {env.get('gemlite')}; {meta['dtype']} activations; decode mode {meta['decode_mode']}; "
              f"read bandwidth {_fmt_bw(meta['read_bandwidth'])}.", "",
              "### Decode tokens/s (speed-up over FP16)", "",
-             "| variant | weights GiB | " + " | ".join(f"B={b}" for b in batches) + " |",
+             "| variant | weights GB read / step | " + " | ".join(f"B={b}" for b in batches) + " |",
              "|---|---:|" + "---:|" * len(batches)]
     dec = {(r["variant"], r.get("batch")): r for r in _by(recs, "decode")}
     build = {r["variant"]: r for r in _by(recs, "build")}
@@ -591,7 +613,7 @@ def markdown(result: dict) -> str:
             else:
                 sp = r.get("speedup_vs_fp16")
                 cells.append(f"{r['tokens_per_s']:.0f}" + (f" ({sp:.2f}x)" if sp else ""))
-        lines.append(f"| {n} | {wb / 2**30:.2f} | " if wb else f"| {n} | - | ")
+        lines.append(f"| {n} | {wb / 1e9:.3g} | " if wb else f"| {n} | - | ")
         lines[-1] += " | ".join(cells) + " |"
     lim = [(n, dec.get((n, 1))) for n in names]
     lines += ["", "### Batch 1: time per output token and the bandwidth limit", "",

@@ -12,9 +12,9 @@ operation by operation: FP32 ``exp``/``log`` with the golden polynomial sequence
 multiply and add a separate rounded torch operation: no fused multiply-add in eager mode),
 sums in the order of the golden :class:`~mactile.golden.reset_temperature.ReductionLayout`,
 float64 per-sequence statistics, and the same counter-based generator (splitmix64 in wrapping
-int64 arithmetic with logical shifts). Its ``backend="op"`` runs the GPU kernel of
-:mod:`mactile.gpu.temperature` (through ``torch.ops.mactile`` when :mod:`mactile.torch`
-registers it) instead.
+int64 arithmetic with logical shifts). Its ``backend="op"`` runs
+``torch.ops.mactile.reset_temperature_step`` instead (the GPU kernel of
+:mod:`mactile.gpu.temperature` on torch's stream, state in the same tensors).
 """
 from __future__ import annotations
 
@@ -199,8 +199,8 @@ class StepAwareTemperatureSampler:
     seq_ids : sequence of int, optional
         Sequence ids of the slots for the random generator (default ``0..batch-1``).
     backend : {"torch", "op", "auto"}
-        ``torch``: this module's port; ``op``: the GPU kernel (CUDA tensors);
-        ``auto``: the kernel on CUDA when it is available, else the port.
+        ``torch``: this module's port; ``op``: ``torch.ops.mactile.reset_temperature_step``
+        (CUDA tensors, the default layout); ``auto``: the op where it runs, else the port.
 
     After each call the last step's ``temperature``, ``entropy``, ``h_step``, ``h_bar`` and
     ``tau`` are in :attr:`last` (tensors ``[B]``).
@@ -239,10 +239,9 @@ class StepAwareTemperatureSampler:
         zi = dict(dtype=torch.int64, device=dev)
         self.count, self.t0, self.step_n = (torch.zeros(batch, **zi) for _ in range(3))
         self.sum_all, self.step_sum = torch.zeros(batch, **z64), torch.zeros(batch, **z64)
-        self.prev_end = torch.zeros(batch, dtype=torch.bool, device=dev)
+        self.prev_end = torch.zeros(batch, dtype=torch.int32, device=dev)  # the op's dtype
         self.ring = torch.zeros(batch, window, **z64)
         self.last: dict[str, torch.Tensor] = {}
-        self._gpu = None
         self.backend = self._pick_backend(backend, dev)
 
     def _pick_backend(self, backend: str, dev) -> str:
@@ -251,29 +250,24 @@ class StepAwareTemperatureSampler:
         why = None
         if dev.type != "cuda":
             why = "the step-end mask is not a CUDA tensor"
+        elif self.layout != ReductionLayout():
+            why = f"the kernel sums in the default layout, not {self.layout}"
         else:
             try:
-                from mactile.gpu.temperature import StepAwareTemperatureGPU  # noqa: PLC0415
-                self._gpu = StepAwareTemperatureGPU(self.batch, tau0=self.tau0, t_low=self.t_low,
-                                                    t_high=self.t_high, window=self.window, seed=self.seed,
-                                                    cluster=self.layout.cluster)
-                if self._gpu.layout != self.layout:
-                    why = f"the kernel has no layout {self.layout}"
-            except Exception as e:  # no CuPy, no GPU kernels: say why
+                import mactile.torch.ops  # noqa: F401,PLC0415  (registers torch.ops.mactile.*)
+                self._op_fn = torch.ops.mactile.reset_temperature_step
+                from mactile.gpu.runtime import gpu_skip_reason  # noqa: PLC0415
+                why = gpu_skip_reason()
+            except Exception as e:  # noqa: BLE001  -- no op, no CuPy: say why
                 why = f"{type(e).__name__}: {e}"
-        if why is None:
+        if not why:
             self._mask_u8 = self.mask.to(torch.uint8)
-            self._gpu.seq_ids[...] = _to_cupy(self.seq_ids)
             return "op"
         if backend == "op":
             raise RuntimeError(f"StepAwareTemperatureSampler: backend 'op' is not available: {why}")
-        self._gpu = None
         return "torch"
 
     def state_tensors(self) -> list[torch.Tensor]:
-        if self._gpu is not None:
-            return [_as_torch(a) for a in (self._gpu.count, self._gpu.sum_all, self._gpu.t0, self._gpu.step_sum,
-                                           self._gpu.step_n, self._gpu.prev_end, self._gpu.ring)]
         return [self.count, self.sum_all, self.t0, self.step_sum, self.step_n, self.prev_end, self.ring]
 
     def reset(self) -> None:
@@ -289,15 +283,12 @@ class StepAwareTemperatureSampler:
         return self._torch(logits)
 
     def _op(self, logits: torch.Tensor) -> torch.Tensor:
-        import cupy as cp  # noqa: PLC0415
-
+        """``torch.ops.mactile.reset_temperature_step``: the GPU kernel on torch's stream."""
         z = logits if logits.dtype in (torch.float16, torch.float32) else logits.float()
-        z = z.contiguous()
-        with cp.cuda.ExternalStream(torch.cuda.current_stream(z.device).cuda_stream):
-            o = self._gpu.step(cp.from_dlpack(z), cp.from_dlpack(self._mask_u8))
-        out = {k: _as_torch(v) for k, v in o.items()}
-        self.last = {k: out[k] for k in ("temperature", "entropy", "h_step", "h_bar", "tau")}
-        return out["tokens"].to(torch.int64)
+        out = self._op_fn(z.contiguous(), self._mask_u8, self.seq_ids, *self.state_tensors(),
+                          self.tau0, self.t_low, self.t_high, self.seed)
+        self.last = dict(zip(("temperature", "entropy", "h_step", "h_bar", "tau"), out[1:]))
+        return out[0].to(torch.int64)
 
     def _torch(self, logits: torch.Tensor) -> torch.Tensor:
         z = logits.to(torch.float32)
@@ -309,7 +300,7 @@ class StepAwareTemperatureSampler:
         H64 = H.to(torch.float64)
         w = self.window
         t = self.count
-        new = self.prev_end
+        new = self.prev_end.bool()
         self.t0.copy_(torch.where(new, t, self.t0))
         self.step_sum.copy_(torch.where(new, torch.zeros_like(self.step_sum), self.step_sum))
         self.step_n.copy_(torch.where(new, torch.zeros_like(self.step_n), self.step_n))
@@ -338,7 +329,7 @@ class StepAwareTemperatureSampler:
         first = torch.argmin(torch.where(ok, self.order, big), dim=-1)
         lastpos = torch.argmax(torch.where(pos, self.order, -1), dim=-1)
         tok = torch.where(ok.any(dim=-1), first, lastpos)
-        self.prev_end.copy_(self.mask[tok])
+        self.prev_end.copy_(self.mask[tok].to(torch.int32))
         self.count.add_(1)
         self.last = {"temperature": temp, "entropy": H, "h_step": hstep, "h_bar": hbar, "tau": tau}
         return tok
@@ -346,14 +337,3 @@ class StepAwareTemperatureSampler:
     def __repr__(self) -> str:
         return (f"StepAwareTemperatureSampler(batch={self.batch}, tau0={self.tau0}, t_low={self.t_low}, "
                 f"t_high={self.t_high}, window={self.window}, seed={self.seed}, backend={self.backend!r})")
-
-
-def _to_cupy(t: torch.Tensor):
-    import cupy as cp  # noqa: PLC0415
-
-    return cp.from_dlpack(t.contiguous())
-
-
-def _as_torch(a) -> torch.Tensor:
-    """A CuPy array as a torch tensor sharing its memory (DLPack)."""
-    return torch.from_dlpack(a)

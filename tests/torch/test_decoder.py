@@ -261,7 +261,9 @@ def test_quantized_tiny_greedy_cache_equals_recompute():
 
 def test_quantized_tiny_logits_equal_golden_dequantized_model():
     """CPU path: the quantized model against the same model with golden round-tripped
-    weights (1e-4 relative to the largest logit: FP32 matmuls of different blocking)."""
+    weights in FP32. Every layer's weight equals the golden round trip exactly; the logits
+    agree to 4e-3 of the largest: the quantized layers round their input activations to FP16
+    (as the GPU kernels take them), 2**-11 relative per layer input (measured 8e-4)."""
     quantize_model = _quantize_model()
     from mactile.golden.registry import get_format
     m = _model(dtype=torch.float32)
@@ -272,7 +274,10 @@ def test_quantized_tiny_logits_equal_golden_dequantized_model():
             if isinstance(mod, torch.nn.Linear) and mod is not ref.lm_head:
                 mod.weight.copy_(torch.from_numpy(np.asarray(fmt.roundtrip(mod.weight.numpy()), np.float32)))
     quantize_model(m, format="nvfp4", exclude=["lm_head"], progress=False)
+    for (n, a), (_, b) in zip(m.named_modules(), ref.named_modules()):
+        if hasattr(a, "dequantized_weight"):
+            assert torch.equal(a.dequantized_weight(), b.weight.detach()), n
     toks = torch.randint(0, 1024, (2, 16), generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
         a, b = m(toks, torch.arange(16)), ref(toks, torch.arange(16))
-    assert (a - b).abs().max().item() <= 1e-4 * b.abs().max().item()
+    assert (a - b).abs().max().item() <= 4e-3 * b.abs().max().item()
