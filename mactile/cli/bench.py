@@ -201,7 +201,10 @@ def _register_e2e(bsub) -> None:
     e.add_argument("--batches", type=int_list(1, "positive integer"), metavar="B,B,...",
                    help="decode batch sizes (default 1,4,8,16,32,64,128,256)")
     e.add_argument("--context", type=int_at_least(1, "positive integer"), help="cached positions (default 1024)")
-    e.add_argument("--gen", type=int_at_least(1, "positive integer"), help="timed decode steps per batch (default 128)")
+    e.add_argument("--gen", type=int_at_least(1, "positive integer"),
+                   help="generated tokens the static cache is sized for (default 128)")
+    e.add_argument("--timed-steps", type=int_at_least(1, "positive integer"),
+                   help="decode steps timed per batch (default min(gen, 32): steady-state steps of the gen-token run)")
     e.add_argument("--warmup", type=int_at_least(1, "positive integer"), default=3,
                    help="untimed steps first, capture included (default 3)")
     e.add_argument("--prefill", type=int_list(1, "positive integer"), metavar="T,T,...",
@@ -244,13 +247,13 @@ def run_e2e(args) -> int:
     small = args.tiny
     opts = eb.Options(config=config, batches=tuple(args.batches or ((1, 4) if small else eb.DEFAULT_BATCHES)),
                       context=args.context or (64 if small else 1024), gen=args.gen or (8 if small else 128),
-                      warmup=args.warmup,
+                      timed_steps=args.timed_steps, warmup=args.warmup,
                       prefill=() if args.no_prefill else tuple(args.prefill or ((64,) if small else eb.PREFILL_LENGTHS)),
                       variants=tuple(args.formats or ()), device=args.device, decode=args.decode,
                       breakdown_batches=tuple(args.breakdown_batches or ((1,) if small else (1, 64))),
                       head=args.head, distinct_weights=args.distinct_weights, fp8_scaling=args.fp8_scaling,
                       layers=args.layers)
-    need = max([opts.context + opts.warmup + opts.gen + 1, *opts.prefill])
+    need = max([opts.context + max(opts.warmup, opts.gen, opts.timed_steps or 0) + 1, *opts.prefill])
     if need > CONFIGS[config].max_position:
         raise CliError(f"context + warm-up + steps ({need}) exceed {config}'s {CONFIGS[config].max_position} positions")
     out = check_output_dir(args.out)

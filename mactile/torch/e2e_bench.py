@@ -46,8 +46,8 @@ from torch import nn
 from .decoder import Decoder, KVCache, get_config
 from .generate import Generator, NestedFPPolicy, set_precision_mode
 
-__all__ = ["Variant", "VARIANTS", "DEFAULT_BATCHES", "PREFILL_LENGTHS", "run_e2e", "markdown", "plot",
-           "write_outputs", "environment", "variant_names"]
+__all__ = ["Variant", "VARIANTS", "DEFAULT_BATCHES", "PREFILL_LENGTHS", "Options", "run_e2e", "markdown", "plot",
+           "write_outputs", "environment", "variant_names", "targets", "TARGETS"]
 
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 64, 128, 256)
 PREFILL_LENGTHS = (512, 2048)
@@ -310,11 +310,13 @@ def _pct(xs, q):
 
 
 @torch.no_grad()
-def time_decode(model: Decoder, batch: int, *, context: int, gen: int, warmup: int, decode: str,
+def time_decode(model: Decoder, batch: int, *, context: int, gen: int, timed: int, warmup: int, decode: str,
                 policy=None, vocab: int) -> dict:
+    """Decode ``timed`` steps at ``batch`` over a static cache sized for ``context + gen``
+    positions (the per-step time of a ``gen``-token run: the attention reads the whole cache)."""
     dev = model.model.embed_tokens.weight.device
     clock = _Clock(dev)
-    max_seq = context + warmup + gen + 1
+    max_seq = context + max(gen, warmup, timed) + 1
     model.clear_caches()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -329,15 +331,16 @@ def time_decode(model: Decoder, batch: int, *, context: int, gen: int, warmup: i
     first_s = time.perf_counter() - t0
     g.start_at(context, toks)
     marks = [clock.mark()]
-    for _ in range(gen):
+    for _ in range(timed):
         g.step()
         marks.append(clock.mark())
     clock.sync()
     steps = [clock.between(a, b) for a, b in zip(marks, marks[1:])]
     total = sum(steps)
-    rec = {"batch": batch, "context": context, "steps": gen, "decode": decode,
+    rec = {"batch": batch, "context": context, "gen": gen, "steps": timed, "cache_positions": max_seq,
+           "decode": decode,
            "step_s_median": _median(steps), "step_s_p10": _pct(steps, 0.1), "step_s_p90": _pct(steps, 0.9),
-           "tokens_per_s": batch * gen / total, "tpot_ms": 1e3 * _median(steps),
+           "tokens_per_s": batch * timed / total, "tpot_ms": 1e3 * _median(steps),
            "capture_and_warmup_s": first_s, "modes": sorted(set(g.modes_used)) if policy else None,
            "generator": g}
     return rec
@@ -457,6 +460,7 @@ class Options:
     batches: tuple = DEFAULT_BATCHES
     context: int = 1024
     gen: int = 128
+    timed_steps: int | None = None  # default min(gen, 32)
     warmup: int = 3
     prefill: tuple = PREFILL_LENGTHS
     prefill_reps: int = 3
@@ -480,6 +484,7 @@ def run_e2e(opts: Options, *, log=print) -> dict:
     dtype = torch.float16 if dev.type == "cuda" else torch.float32
     decode = opts.decode or ("graph" if dev.type == "cuda" else "eager")
     chosen = [v for v in VARIANTS if not opts.variants or v.name in opts.variants]
+    timed = opts.timed_steps or min(opts.gen, 32)
     env = environment(dev)
     log(f"e2e: {cfg.name} ({cfg.n_params / 1e9:.2f} B parameters) on {env.get('device')}, {len(chosen)} variants")
     t_start = time.perf_counter()
@@ -487,11 +492,11 @@ def run_e2e(opts: Options, *, log=print) -> dict:
     bw = read_bandwidth(dev)
     meta = {"env": env, "config": asdict(cfg), "options": {k: v for k, v in asdict(opts).items() if k != "extra"},
             "dtype": str(dtype).replace("torch.", ""), "decode_mode": decode, "read_bandwidth": bw,
-            "method": _METHOD.format(warmup=opts.warmup, gen=opts.gen, context=opts.context),
+            "method": _METHOD.format(warmup=opts.warmup, gen=opts.gen, context=opts.context, timed=timed),
             "quantized_head": opts.head}
     records = []
     ref_logits = None
-    probe = torch.randint(0, cfg.vocab_size, (1, 16), device=dev, generator=torch.Generator(device=dev).manual_seed(1))
+    probe = torch.randn(1, 16, cfg.dim, device=dev, generator=torch.Generator(device=dev).manual_seed(1)).to(dtype)
     for v in chosen:
         base = {"variant": v.name, "kind": v.kind, "format": v.format, "mode": v.mode, "note": v.note}
         try:
@@ -509,21 +514,19 @@ def run_e2e(opts: Options, *, log=print) -> dict:
         log(f"  {v.name}: built in {st['build_s']:.1f} s ({st['how']}), weights {wb / 2**30:.2f} GiB read per step, "
             f"{wbs['stored'] / 2**30:.2f} GiB stored")
         try:
-            with torch.no_grad():
-                model.clear_caches()
-                lg = model(probe, torch.arange(16, device=dev)).float()
+            lg = _layer0_probe(model, probe)
             if ref_logits is None and v.kind == "fp16":
                 ref_logits = lg
             if ref_logits is not None:
                 err = ((lg - ref_logits).norm() / ref_logits.norm()).item()
-                records.append({**base, "measure": "accuracy", "logits_rel_err_vs_fp16": err})
+                records.append({**base, "measure": "accuracy", "layer0_rel_err_vs_fp16": err})
             for L in opts.prefill:
                 r = time_prefill(model, L, reps=opts.prefill_reps, vocab=cfg.vocab_size, policy=v.policy)
                 records.append({**base, "measure": "prefill", **r})
                 log(f"    prefill {L}: {r['tokens_per_s']:.0f} tokens/s")
             for B in opts.batches:
                 try:
-                    r = time_decode(model, B, context=opts.context, gen=opts.gen, warmup=opts.warmup,
+                    r = time_decode(model, B, context=opts.context, gen=opts.gen, timed=timed, warmup=opts.warmup,
                                     decode=decode, policy=v.policy, vocab=cfg.vocab_size)
                 except torch.cuda.OutOfMemoryError as e:
                     records.append({**base, "measure": "decode", "batch": B, "error": f"out of memory: {e}"[:300]})
@@ -550,7 +553,22 @@ def run_e2e(opts: Options, *, log=print) -> dict:
                 torch.cuda.empty_cache()
     _speedups(records)
     meta["wall_s"] = time.perf_counter() - t_start
-    return {"meta": meta, "records": records}
+    result = {"meta": meta, "records": records}
+    result["targets"] = targets(result)
+    return result
+
+
+@torch.no_grad()
+def _layer0_probe(model: Decoder, x: torch.Tensor) -> torch.Tensor:
+    """Layer 0's output for hidden states ``x [1, T, dim]`` without a cache (a check that a
+    variant computes what the FP16 layer does; layer 0, because the other layers of a copied
+    variant hold layer 0's weights)."""
+    model.clear_caches()
+    T = x.shape[1]
+    pos = torch.arange(T, device=x.device)
+    cos, sin = model.rope_cos[pos].to(x.dtype), model.rope_sin[pos].to(x.dtype)
+    mask = pos[:, None] >= pos[None, :]
+    return model.model.layers[0](x, cos, sin, mask, pos).float()
 
 
 def _kv_bytes(cfg, batch: int, positions: int, dtype) -> int:
@@ -569,10 +587,12 @@ def _speedups(records: list) -> None:
             r["speedup_vs_fp16"] = r["tokens_per_s"] / fp16[key]
 
 
-_METHOD = ("Random weights. Decode: cache positions 0..{context}-1 taken as filled (no prefill run; the "
-           "attention reads the whole static cache, so its values do not change the time); {warmup} untimed "
-           "steps (capture and warm-up), then {gen} steps from position {context}, each timed between CUDA "
-           "events; tokens/s = batch x steps / sum of step times; time per output token = median step. "
+_METHOD = ("Random weights. Decode: a static cache sized for {context} context + {gen} generated tokens, "
+           "positions 0..{context}-1 taken as filled (no prefill run; the attention reads the whole static cache, "
+           "so neither its values nor the position change a step's time: the steady-state step of a "
+           "{gen}-token generation); {warmup} untimed steps (capture and warm-up), then {timed} steps from "
+           "position {context}, each one graph replay timed between CUDA events; tokens/s = batch x steps / sum "
+           "of step times; time per output token = median step. "
            "Prefill: batch 1, eager, median of the timed repetitions after one warm-up. Bandwidth limit: "
            "bytes of the layers' and head's weights a step reads (a quantized layer: its format's bits per weight) over the measured read bandwidth (and with the key/value "
            "bytes of context + gen/2 positions). mactile variants: layer 0 quantized and copied to every layer.")
@@ -645,10 +665,14 @@ def markdown(result: dict) -> str:
             lines.append(f"| {r['variant']} | {r['batch']} | {1e3 * r['step_s']:.3f} | {1e3 * r['linear_s']:.3f} | "
                          f"{1e3 * r['attention_s']:.3f} | {1e3 * r['rest_s']:.3f} | "
                          + (f"{1e3 * ks:.3f} | {r['step_s'] / ks:.3f} |" if ks else "- | - |"))
+    tg = targets(result)
+    if tg:
+        lines += ["", "### Targets", "", "| target | variant | measured | met |", "|---|---|---:|---|"]
+        lines += [f"| {t['target']} | {t['variant']} | {t['measured']:.3g} | {'yes' if t['met'] else 'no'} |" for t in tg]
     acc = _by(recs, "accuracy")
     if acc:
-        lines += ["", "Logits of a 16-token prompt against the FP16 model (relative L2 error): "
-                  + ", ".join(f"{r['variant']} {r['logits_rel_err_vs_fp16']:.3g}" for r in acc) + "."]
+        lines += ["", "Layer 0's output for 16 random hidden states against the FP16 layer (relative L2 error): "
+                  + ", ".join(f"{r['variant']} {r['layer0_rel_err_vs_fp16']:.3g}" for r in acc) + "."]
     errs = [r for r in recs if "error" in r]
     if errs:
         lines += ["", "### Not measured", ""] + [f"- {r['variant']} ({r['measure']}"
@@ -656,6 +680,54 @@ def markdown(result: dict) -> str:
                                                    + f"): {r['error']}" for r in errs]
     lines += ["", "### How it was measured", "", meta["method"], ""]
     return "\n".join(lines)
+
+
+#: mactile variants whose weights alone are quantized (FP16 activations).
+W4A16 = ("nvfp4", "mxfp4", "razer", "razer-g128")
+MACTILE = tuple(v.name for v in VARIANTS if v.kind == "mactile")
+#: The targets the run is judged by: (what, variants, measure, batch or length, bound); bounds
+#: are speed-ups over FP16, or over the best peer ("peer"), or absolute tokens/s ("tps").
+TARGETS = (
+    ("batch 1 >= 2.6x FP16", ("nvfp4", "mxfp4"), "decode", 1, ("fp16", 2.6)),
+    ("batch 1 >= 600 tokens/s", ("nvfp4", "mxfp4"), "decode", 1, ("tps", 600.0)),
+    ("batch 1 >= 2.3x FP16", ("razer", "razer-g128"), "decode", 1, ("fp16", 2.3)),
+    ("batch 1 >= 2.4x FP16", ("nvfp4-w4a4",), "decode", 1, ("fp16", 2.4)),
+    ("batch 1 >= 1.25x the best of tinygemm and GemLite", W4A16, "decode", 1, ("peer", 1.25)),
+    ("batch 16 >= 2.3x FP16", MACTILE, "decode", 16, ("fp16", 2.3)),
+    ("batch 64 >= 1.7x FP16", MACTILE, "decode", 64, ("fp16", 1.7)),
+    ("batch 256 >= 1.0x FP16", MACTILE, "decode", 256, ("fp16", 1.0)),
+    ("prefill 2048 >= 0.95x FP16", MACTILE, "prefill", 2048, ("fp16", 0.95)),
+)
+
+
+def targets(result: dict) -> list[dict]:
+    """Every target of :data:`TARGETS` that the run measured: variant, measured value, met."""
+    recs = result["records"]
+    key = lambda r: r.get("batch") if r["measure"] == "decode" else r.get("length")  # noqa: E731
+    val = {(r["variant"], r["measure"], key(r)): r for r in recs
+           if r["measure"] in ("decode", "prefill") and "error" not in r}
+    rows = []
+    for what, names, measure, at, (kind, bound) in TARGETS:
+        for n in names:
+            r = val.get((n, measure, at))
+            if r is None:
+                continue
+            if kind == "tps":
+                got = r["tokens_per_s"]
+            elif kind == "fp16":
+                got = r.get("speedup_vs_fp16")
+            else:
+                peers = [val[(p, measure, at)]["tokens_per_s"] for p in ("int4-tinygemm", "gemlite-a16w4")
+                         if (p, measure, at) in val]
+                got = r["tokens_per_s"] / max(peers) if peers else None
+            if got is not None:
+                rows.append({"target": what, "variant": n, "measured": got, "met": got >= bound})
+    for r in _by(recs, "breakdown"):
+        if r.get("kernel_sum_s"):
+            got = r["step_s"] / r["kernel_sum_s"]
+            rows.append({"target": f"decode step <= 1.15x its kernels' sum (batch {r['batch']})",
+                         "variant": r["variant"], "measured": got, "met": got <= 1.15})
+    return rows
 
 
 def _fmt_bw(bw: dict) -> str:
