@@ -318,8 +318,11 @@ class Decoder(nn.Module):
         self.register_buffer("rope_sin", emb.sin(), persistent=False)
 
     def setup_caches(self, max_batch: int, max_seq: int, *, dtype=None, device=None) -> None:
-        """Allocate the static caches (``dtype``/``device`` default to the embedding's)."""
-        if max_seq > self.config.max_position:
+        """Allocate the static caches (``dtype``/``device`` default to the embedding's); the
+        length is rounded up to a multiple of 16 (the attention kernels' mask alignment, so
+        that no step pads its mask)."""
+        max_seq = -(-max_seq // 16) * 16
+        if max_seq > -(-self.config.max_position // 16) * 16:
             raise ValueError(f"max_seq {max_seq} exceeds the configuration's max_position "
                              f"{self.config.max_position}")
         w = self.model.embed_tokens.weight
