@@ -120,9 +120,14 @@ def environment(device: torch.device) -> dict:
                    capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda)
         try:
             import subprocess
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.memory",
                                   "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-            env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else out.stderr.strip()[:200]
+            first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+            parts = [t.strip() for t in first.split(",")]
+            if len(parts) == 3:
+                env.update(driver=parts[0], max_sm_clock=parts[1], max_memory_clock=parts[2])
+            else:
+                env["driver"] = first or out.stderr.strip()[:200]
         except Exception as e:  # noqa: BLE001
             env["driver"] = f"unknown ({type(e).__name__})"
     else:

@@ -5,8 +5,8 @@ Bounds (FP16 activations, FP32 accumulation):
 
 * graph vs eager: tokens identical (the replay runs the kernels the eager step launches);
 * ReSET sampler: tokens and entropy bits identical between the torch port, the GPU op and golden;
-* tinygemm / FP8 layers vs FP32 products with their own dequantized weights: 2e-2 of the largest
-  output (BF16 / E4M3 activations: 2**-8 / 2**-4 relative per element, averaged over K);
+* tinygemm vs the FP32 product with its dequantized weights: 2e-2 of the largest output (BF16
+  activations, 2**-8 relative per element); FP8: 8e-2 (E4M3 activations, 2**-4 relative);
 * quantized model vs the model with golden-dequantized weights, both FP16 (weight-only modes),
   or vs the same layers' golden CPU path in FP32 (modes that quantize activations: W4A4,
   NestedFP8, FlexQ W6A6): 3e-2 of the largest logit (FP16 rounding of every activation, the
@@ -100,8 +100,8 @@ def test_reset_sampler_inside_graph_equals_eager(cuda, backend):
     assert torch.equal(sa.count, sb.count) and torch.equal(sa.ring, sb.ring)
 
 
-def test_tinygemm_and_fp8_layers_bound(cuda):
-    from mactile.torch.baselines import Fp8Linear, Int4TinyGemmLinear, int4_group_quantize
+def test_tinygemm_layer_bound(cuda):
+    from mactile.torch.baselines import Int4TinyGemmLinear, int4_group_quantize
     torch.manual_seed(0)
     lin = torch.nn.Linear(4096, 1024, bias=False, device=cuda, dtype=torch.float16)
     x = torch.randn(16, 4096, device=cuda, dtype=torch.float16)
@@ -110,12 +110,28 @@ def test_tinygemm_and_fp8_layers_bound(cuda):
     ref = x.float() @ deq.t()
     y = Int4TinyGemmLinear.from_linear(lin)(x).float()
     assert (y - ref).abs().max() <= 2e-2 * ref.abs().max()
-    for sc in ("tensor", "row"):
-        f = Fp8Linear.from_linear(lin, scaling=sc)
-        wd = f.weight_t.t().float() * (f.w_scale.reshape(-1, 1) if sc == "row" else f.w_scale)
-        ref8 = x.float() @ wd.t()
-        y8 = f(x[:5]).float()  # 5 tokens: the padded path
-        assert (y8 - ref8[:5]).abs().max() <= 2e-2 * ref8.abs().max() * 4  # + E4M3 activations
+    # the bound has teeth: the zero point without tinygemm's "- 8" offset is far outside it
+    bad = x.float() @ (deq + 8 * s.repeat_interleave(128, 1)).t()
+    assert (y - bad).abs().max() > 2e-2 * ref.abs().max()
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_fp8_layer_bound(cuda, scaling):
+    """E4M3 activations (2**-4 relative rounding) on top of the weight's own dequantized values:
+    8e-2 of the largest output, 5 tokens (the path that pads M to 16)."""
+    from mactile.torch.baselines import Fp8Linear
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4096, 1024, bias=False, device=cuda, dtype=torch.float16)
+    x = torch.randn(5, 4096, device=cuda, dtype=torch.float16)
+    try:
+        f = Fp8Linear.from_linear(lin, scaling=scaling)
+        y = f(x).float()
+    except RuntimeError as e:  # per-row scales with an FP16 output need a recent cuBLASLt/torch
+        pytest.skip(f"torch._scaled_mm with {scaling} scales: {e}"[:300])
+    wd = f.weight_t.t().float() * (f.w_scale.reshape(-1, 1) if scaling == "row" else f.w_scale)
+    ref = x.float() @ wd.t()
+    assert y.shape == (5, 1024)
+    assert (y - ref).abs().max() <= 8e-2 * ref.abs().max()
 
 
 def _quantize_model():
