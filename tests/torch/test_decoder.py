@@ -121,6 +121,11 @@ def test_llama31_rope_scaling_changes_low_frequencies():
     scaled = rope_inv_freq(cfg)
     assert torch.equal(scaled[:10], plain[:10])  # high frequencies untouched
     assert torch.allclose(scaled[-1], plain[-1] / 8)  # the lowest divided by the factor
+    tiny = get_config("tiny")  # its short original context puts frequencies in all three bands
+    t_plain = rope_inv_freq(DecoderConfig(**{**tiny.__dict__, "rope_scaling": None}))
+    ratio = (rope_inv_freq(tiny) / t_plain).tolist()
+    assert 1.0 in ratio and ratio[-1] == pytest.approx(1 / 8)
+    assert any(1 / 8 + 1e-6 < r < 1 - 1e-6 for r in ratio)  # the smoothed middle band
 
 
 def test_configs_published_shapes():
