@@ -530,23 +530,24 @@ def run_e2e(opts: Options, *, log=print) -> dict:
                 records.append({**base, "measure": "prefill", **r})
                 log(f"    prefill {L}: {r['tokens_per_s']:.0f} tokens/s")
             for B in opts.batches:
-                try:
-                    r = time_decode(model, B, context=opts.context, gen=opts.gen, timed=timed, warmup=opts.warmup,
-                                    decode=decode, policy=v.policy, vocab=cfg.vocab_size)
-                except torch.cuda.OutOfMemoryError as e:
-                    records.append({**base, "measure": "decode", "batch": B, "error": f"out of memory: {e}"[:300]})
-                    log(f"    decode batch {B}: out of memory")
+                r = _decode_point(model, B, opts, timed, decode, v, cfg, base, records, log)
+                if r is None:
                     continue
                 g = r.pop("generator")
                 if B in opts.breakdown_batches:
-                    records.append({**base, "measure": "breakdown", **breakdown(model, g, r["step_s_median"])})
+                    try:
+                        records.append({**base, "measure": "breakdown", **breakdown(model, g, r["step_s_median"])})
+                    except Exception as e:  # noqa: BLE001  -- a part that cannot be captured alone
+                        records.append({**base, "measure": "breakdown", "batch": B,
+                                        "error": f"{type(e).__name__}: {e}"[:300]})
                 del g
                 kv = _kv_bytes(cfg, B, opts.context + opts.gen // 2, dtype)
                 bps = bw["bytes_per_s"]
                 r["limit_tokens_per_s"] = B * bps / wb if bps else None
                 r["limit_with_kv_tokens_per_s"] = B * bps / (wb + kv) if bps else None
                 records.append({**base, "measure": "decode", **r})
-                log(f"    decode batch {B}: {r['tokens_per_s']:.0f} tokens/s, {r['tpot_ms']:.2f} ms per step")
+                log(f"    decode batch {B}: {r['tokens_per_s']:.0f} tokens/s, {r['tpot_ms']:.2f} ms per step"
+                    + ("" if r["decode"] == decode else f" ({r['decode']})"))
         except Exception as e:  # noqa: BLE001
             msg = f"{type(e).__name__}: {e}"[:300]
             log(f"  {v.name}: failed ({msg})")
@@ -561,6 +562,34 @@ def run_e2e(opts: Options, *, log=print) -> dict:
     result = {"meta": meta, "records": records}
     result["targets"] = targets(result)
     return result
+
+
+def _decode_point(model, B, opts, timed, decode, v, cfg, base, records, log):
+    """One batch size's decode timing; an error is recorded (and a step that cannot be
+    captured is timed eagerly, said in the record) instead of ending the variant."""
+    kw = dict(context=opts.context, gen=opts.gen, timed=timed, warmup=opts.warmup, policy=v.policy,
+              vocab=cfg.vocab_size)
+    try:
+        return time_decode(model, B, decode=decode, **kw)
+    except torch.cuda.OutOfMemoryError as e:
+        records.append({**base, "measure": "decode", "batch": B, "error": f"out of memory: {e}"[:300]})
+        log(f"    decode batch {B}: out of memory")
+    except Exception as e:  # noqa: BLE001
+        msg = f"{type(e).__name__}: {e}"[:300]
+        records.append({**base, "measure": "decode", "batch": B, "decode": decode, "error": msg})
+        log(f"    decode batch {B}: failed in {decode} mode ({msg})")
+        if decode != "eager":
+            try:
+                r = time_decode(model, B, decode="eager", **kw)
+                r["note"] = f"{decode} mode failed ({msg[:120]}); timed eagerly"
+                return r
+            except Exception as e2:  # noqa: BLE001
+                records.append({**base, "measure": "decode", "batch": B, "decode": "eager",
+                                "error": f"{type(e2).__name__}: {e2}"[:300]})
+    finally:
+        if model.model.embed_tokens.weight.device.type == "cuda":
+            torch.cuda.synchronize()
+    return None
 
 
 @torch.no_grad()
@@ -637,7 +666,8 @@ def markdown(result: dict) -> str:
                 cells.append("OOM" if "memory" in r["error"] else "error")
             else:
                 sp = r.get("speedup_vs_fp16")
-                cells.append(f"{r['tokens_per_s']:.0f}" + (f" ({sp:.2f}x)" if sp else ""))
+                cells.append(f"{r['tokens_per_s']:.0f}" + (f" ({sp:.2f}x)" if sp else "")
+                             + ("" if r.get("decode") == meta["decode_mode"] else f" [{r.get('decode')}]"))
         lines.append(f"| {n} | {wb / 1e9:.3g} | " if wb else f"| {n} | - | ")
         lines[-1] += " | ".join(cells) + " |"
     lim = [(n, dec.get((n, 1))) for n in names]
