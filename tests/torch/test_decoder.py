@@ -286,3 +286,17 @@ def test_quantized_tiny_logits_equal_golden_dequantized_model():
     with torch.no_grad():
         a, b = m(toks, torch.arange(16)), ref(toks, torch.arange(16))
     assert (a - b).abs().max().item() <= 4e-3 * b.abs().max().item()
+
+
+def test_nestedfp_policy_switches_modes_per_step_cpu():
+    quantize_model = _quantize_model()
+    from mactile.torch.generate import precision_modules
+    m = _model(dtype=torch.float32, std=0.02)
+    quantize_model(m, format="nestedfp", mode="fp16", progress=False)
+    mods = precision_modules(m)
+    assert mods and all(x.mode == "fp16" for x in mods)
+    g = Generator(m, batch=2, max_seq=24, nestedfp_policy=NestedFPPolicy(fp8_min_tokens=8))
+    out = g.generate(torch.randint(0, 1024, (2, 6), generator=torch.Generator().manual_seed(9)), 5)
+    assert out.shape == (2, 11)
+    assert g.modes_used == ["fp8"] + ["fp16"] * 4  # prefill of 12 tokens, then 2-token steps
+    assert all(x.mode == "fp16" for x in mods)
