@@ -12,7 +12,8 @@ Decode modes (``decode=``)
     the step captured once per precision mode with ``torch.cuda.CUDAGraph`` over the static
     buffers (CUDA only; the default there);
 ``"compile"``
-    the step through ``torch.compile(mode="reduce-overhead")`` (torch's own CUDA graphs);
+    model and sampler through ``torch.compile(mode="reduce-overhead")`` (torch's own CUDA
+    graphs; the cache is the model's buffers), the buffers advanced eagerly after it;
 ``"eager"``
     the step run as plain torch calls (the default on the CPU; the reference of the others).
 
@@ -143,12 +144,17 @@ class Generator:
         self.modes_used: list[str] = []  # the precision mode of every step run (with a policy)
 
     # -- the step ------------------------------------------------------------------------
-    def _step(self) -> None:
-        logits = self.model(self.tok, self.pos)[:, -1]
-        nxt = self.sampler(logits).to(torch.int64)
+    def _next(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Model and sampler: the next token ``[B]`` after ``tok`` at ``pos``."""
+        return self.sampler(self.model(tok, pos)[:, -1]).to(torch.int64)
+
+    def _advance(self, nxt: torch.Tensor) -> None:
         self.tok.copy_(nxt[:, None])
         self.seq.index_copy_(1, self.pos + 1, nxt[:, None])
         self.pos.add_(1)
+
+    def _step(self) -> None:
+        self._advance(self._next(self.tok, self.pos))
 
     def _mode(self, tokens: int) -> str | None:
         if self.policy is None:
@@ -190,10 +196,10 @@ class Generator:
         elif self.decode == "graph":
             g = self.graphs.get(mode or "-") or self.capture(mode)
             g.replay()
-        else:
+        else:  # as gpt-fast: the compiled function takes the token and position, returns the next
             if self._compiled is None:
-                self._compiled = torch.compile(self._step, mode="reduce-overhead")
-            self._compiled()
+                self._compiled = torch.compile(self._next, mode="reduce-overhead")
+            self._advance(self._compiled(self.tok, self.pos))
 
     # -- prefill and the loop ------------------------------------------------------------
     @torch.no_grad()
