@@ -221,6 +221,8 @@ def _register_e2e(bsub) -> None:
                    help="quantize every layer from its own weights (slow) instead of copying layer 0")
     e.add_argument("--fp8-scaling", choices=("tensor", "row"), default="tensor",
                    help="FP8 baseline scales: per tensor (default) or per row and token")
+    e.add_argument("--sampler", choices=("greedy", "reset"), default="greedy",
+                   help="decode sampling: greedy (default) or ReSET's step-aware temperature sampler")
     e.set_defaults(func=run_e2e)
 
 
@@ -252,6 +254,7 @@ def run_e2e(args) -> int:
                       variants=tuple(args.formats or ()), device=args.device, decode=args.decode,
                       breakdown_batches=tuple(args.breakdown_batches or ((1,) if small else (1, 64))),
                       head=args.head, distinct_weights=args.distinct_weights, fp8_scaling=args.fp8_scaling,
+                      sampler=args.sampler,
                       layers=args.layers)
     need = max([opts.context + max(opts.warmup, opts.gen, opts.timed_steps or 0) + 1, *opts.prefill])
     if need > CONFIGS[config].max_position:

@@ -315,8 +315,22 @@ def _pct(xs, q):
 
 
 @torch.no_grad()
+def make_sampler(kind: str, batch: int, vocab: int, device):
+    """``greedy`` (None: the generator's default) or ``reset``: ReSET's step-aware sampler
+    (the GPU op where it runs, else the torch port), every 500th token marked as ending a step
+    (random weights have no tokenizer; the decisions do not change the time)."""
+    if kind == "greedy":
+        return None
+    if kind != "reset":
+        raise ValueError(f"sampler must be 'greedy' or 'reset', got {kind!r}")
+    from .sampling import StepAwareTemperatureSampler
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)
+    mask[::500] = True
+    return StepAwareTemperatureSampler(batch, mask, backend="auto")
+
+
 def time_decode(model: Decoder, batch: int, *, context: int, gen: int, timed: int, warmup: int, decode: str,
-                policy=None, vocab: int) -> dict:
+                policy=None, vocab: int, sampler: str = "greedy") -> dict:
     """Decode ``timed`` steps at ``batch`` over a static cache sized for ``context + gen``
     positions (the per-step time of a ``gen``-token run: the attention reads the whole cache)."""
     dev = model.model.embed_tokens.weight.device
@@ -326,7 +340,8 @@ def time_decode(model: Decoder, batch: int, *, context: int, gen: int, timed: in
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     model.setup_caches(batch, max_seq)
-    g = Generator(model, batch=batch, max_seq=max_seq, decode=decode, nestedfp_policy=policy)
+    smp = make_sampler(sampler, batch, vocab, dev)
+    g = Generator(model, batch=batch, max_seq=max_seq, decode=decode, nestedfp_policy=policy, sampler=smp)
     toks = torch.randint(0, vocab, (batch,), device=dev, generator=torch.Generator(device=dev).manual_seed(batch))
     g.start_at(context, toks)
     t0 = time.perf_counter()
@@ -346,7 +361,7 @@ def time_decode(model: Decoder, batch: int, *, context: int, gen: int, timed: in
            "decode": decode,
            "step_s_median": _median(steps), "step_s_p10": _pct(steps, 0.1), "step_s_p90": _pct(steps, 0.9),
            "tokens_per_s": batch * timed / total, "tpot_ms": 1e3 * _median(steps),
-           "capture_and_warmup_s": first_s, "modes": sorted(set(g.modes_used)) if policy else None,
+           "capture_and_warmup_s": first_s, "sampler": repr(g.sampler), "modes": sorted(set(g.modes_used)) if policy else None,
            "generator": g}
     return rec
 
@@ -476,6 +491,7 @@ class Options:
     head: bool = False
     distinct_weights: bool = False
     fp8_scaling: str = "tensor"
+    sampler: str = "greedy"
     seed: int = 0
     layers: int | None = None
     extra: dict = field(default_factory=dict)
@@ -497,6 +513,7 @@ def run_e2e(opts: Options, *, log=print) -> dict:
     bw = read_bandwidth(dev)
     meta = {"env": env, "config": asdict(cfg), "options": {k: v for k, v in asdict(opts).items() if k != "extra"},
             "dtype": str(dtype).replace("torch.", ""), "decode_mode": decode, "read_bandwidth": bw,
+            "sampler": opts.sampler,
             "method": _METHOD.format(warmup=opts.warmup, gen=opts.gen, context=opts.context, timed=timed),
             "quantized_head": opts.head}
     records = []
@@ -568,7 +585,7 @@ def _decode_point(model, B, opts, timed, decode, v, cfg, base, records, log):
     """One batch size's decode timing; an error is recorded (and a step that cannot be
     captured is timed eagerly, said in the record) instead of ending the variant."""
     kw = dict(context=opts.context, gen=opts.gen, timed=timed, warmup=opts.warmup, policy=v.policy,
-              vocab=cfg.vocab_size)
+              vocab=cfg.vocab_size, sampler=opts.sampler)
     try:
         return time_decode(model, B, decode=decode, **kw)
     except torch.cuda.OutOfMemoryError as e:
@@ -649,6 +666,7 @@ def markdown(result: dict) -> str:
     lines = [f"## End-to-end decoding: {cfg['name']} ({env.get('device')})", "",
              f"{env.get('date')}; torch {env.get('torch')}, CUDA {env.get('cuda', '-')}, driver {env.get('driver', '-')}; "
              f"gemlite {env.get('gemlite')}; {meta['dtype']} activations; decode mode {meta['decode_mode']}; "
+             f"{meta.get('sampler', 'greedy')} sampling; "
              f"read bandwidth {_fmt_bw(meta['read_bandwidth'])}.", "",
              "### Decode tokens/s (speed-up over FP16)", "",
              "| variant | weights GB read / step | " + " | ".join(f"B={b}" for b in batches) + " |",

@@ -91,3 +91,12 @@ def test_outputs_all_or_none(tmp_path, monkeypatch):
     monkeypatch.undo()
     files = eb.write_outputs(res, tmp_path / "out")
     assert sorted(f.name for f in files) == ["e2e.json", "e2e.md", "e2e.png"]
+
+
+def test_reset_sampler_decode_recorded():
+    res = eb.run_e2e(eb.Options(config="tiny", batches=(2,), context=4, gen=2, warmup=1, prefill=(),
+                                variants=("fp16",), device="cpu", breakdown_batches=(), sampler="reset"),
+                     log=lambda *a: None)
+    dec = [r for r in res["records"] if r["measure"] == "decode"]
+    assert len(dec) == 1 and "StepAwareTemperatureSampler" in dec[0]["sampler"] and dec[0]["tokens_per_s"] > 0
+    assert res["meta"]["sampler"] == "reset"
