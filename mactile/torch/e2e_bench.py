@@ -4,12 +4,13 @@ For each *variant* (FP16; FP8 through ``torch._scaled_mm``; every mactile format
 through ``mactile.torch.quantize_model``; the peers: PyTorch's int4 tinygemm and GemLite
 A16W4), with random weights (nothing downloaded):
 
-* **decode**: at each batch size, the cache positions ``0..context-1`` taken as filled (no
-  prefill is run: the attention reads the whole static cache whatever it holds, so its values
-  do not change the time), then ``gen`` decode steps, each one replay of the captured step
-  (CUDA graph: model, greedy sampling, next token and position written on the device). Every
-  step is timed between CUDA events; decode tokens/s is ``batch * gen / (sum of step times)``
-  and the time per output token is the median step. ``warmup`` replays before are not timed.
+* **decode**: at each batch size, a static cache sized for ``context + gen`` positions, the
+  first ``context`` taken as filled (no prefill is run: the attention reads the whole static
+  cache whatever it holds, so neither its values nor the position change a step's time), then
+  ``timed_steps`` (default ``min(gen, 32)``) decode steps, each one replay of the captured step
+  (CUDA graph: model, sampling, next token and position written on the device), each timed
+  between CUDA events; decode tokens/s is ``batch * steps / (sum of step times)`` and the time
+  per output token is the median step. ``warmup`` replays before are not timed.
 * **prefill**: batch 1, a prompt of each length, eager (compute-bound; no graph), median of
   ``prefill_reps`` after one warm-up; tokens/s = length / time.
 * **breakdown** of one decode step at the chosen batch sizes: the step's linear layers alone
