@@ -230,11 +230,11 @@ class Attention(nn.Module):
         k = k * c + _rotate_half(k) * s
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)
-        # GQA without copying keys/values: the G query heads of one KV head become G*T rows.
+        # GQA without copying keys/values: the G query heads of one KV head become G*T rows
+        # (the mask comes in with those rows: Decoder.forward builds it once per call).
         G = self.n_heads // self.n_kv
         qg = q.reshape(B, self.n_kv, G * T, self.hd)
-        m = mask if G == 1 else mask.repeat(G, 1)
-        y = F.scaled_dot_product_attention(qg, k, v, attn_mask=m[None, None])
+        y = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)
         y = y.reshape(B, self.n_heads, T, self.hd).transpose(1, 2).reshape(B, T, self.n_heads * self.hd)
         return self.o_proj(y)
 
@@ -364,14 +364,24 @@ class Decoder(nn.Module):
         return self
 
     # -- forward -----------------------------------------------------------------------
+    def attention_mask(self, allowed: torch.Tensor, dtype) -> torch.Tensor:
+        """The additive mask ``[1, 1, G*T, S]`` of the attention calls from the boolean
+        ``allowed [T, S]``: repeated for the ``G`` query heads that share a key/value head,
+        0 where allowed, ``-inf`` elsewhere (built once per forward, not in every layer)."""
+        G = self.config.n_heads // self.config.n_kv_heads
+        m = allowed.repeat(G, 1) if G > 1 else allowed
+        z = torch.zeros((), dtype=dtype, device=m.device)
+        return torch.where(m, z, torch.full((), float("-inf"), dtype=dtype, device=m.device))[None, None]
+
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         x = self.model.embed_tokens(tokens)
         cos = self.rope_cos[input_pos].to(x.dtype)
         sin = self.rope_sin[input_pos].to(x.dtype)
         if self.has_cache:
-            mask = self.causal_mask[input_pos]  # [T, max_seq]
+            allowed = self.causal_mask[input_pos]  # [T, max_seq]
         else:
-            mask = input_pos[:, None] >= input_pos[None, :]  # [T, T]
+            allowed = input_pos[:, None] >= input_pos[None, :]  # [T, T]
+        mask = self.attention_mask(allowed, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask, input_pos)
         return self.lm_head(self.model.norm(x))

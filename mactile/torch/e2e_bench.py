@@ -434,7 +434,7 @@ def breakdown(model: Decoder, gen: Generator, step_s: float, *, profile: bool = 
     G = cfg.n_heads // cfg.n_kv_heads
     q = torch.randn(B, cfg.n_kv_heads, G, cfg.head_dim, device=dev, dtype=dt)
     pos = int(gen.pos.item())
-    mask = model.causal_mask[pos:pos + 1].repeat(G, 1)[None, None]
+    mask = model.attention_mask(model.causal_mask[pos:pos + 1], dt)
     caches = [layer.self_attn.kv_cache for layer in model.model.layers]
 
     def attention_only():
@@ -619,7 +619,7 @@ def _layer0_probe(model: Decoder, x: torch.Tensor) -> torch.Tensor:
     T = x.shape[1]
     pos = torch.arange(T, device=x.device)
     cos, sin = model.rope_cos[pos].to(x.dtype), model.rope_sin[pos].to(x.dtype)
-    mask = pos[:, None] >= pos[None, :]
+    mask = model.attention_mask(pos[:, None] >= pos[None, :], x.dtype)
     return model.model.layers[0](x, cos, sin, mask, pos).float()
 
 
