@@ -495,6 +495,7 @@ class Options:
     sampler: str = "greedy"
     seed: int = 0
     layers: int | None = None
+    budget_s: float | None = None  # stop starting measurements after this many seconds
     extra: dict = field(default_factory=dict)
 
 
@@ -520,8 +521,16 @@ def run_e2e(opts: Options, *, log=print) -> dict:
     records = []
     ref_logits = None
     probe = torch.randn(1, 16, cfg.dim, device=dev, generator=torch.Generator(device=dev).manual_seed(1)).to(dtype)
+    def over_budget() -> bool:
+        return opts.budget_s is not None and time.perf_counter() - t_start > opts.budget_s
+
+    skip = f"skipped: the time budget of {opts.budget_s} s was spent"
     for v in chosen:
         base = {"variant": v.name, "kind": v.kind, "format": v.format, "mode": v.mode, "note": v.note}
+        if over_budget():
+            records.append({**base, "measure": "build", "error": skip})
+            log(f"  {v.name}: {skip}")
+            continue
         try:
             st = apply_variant(model, v, head=opts.head, distinct_weights=opts.distinct_weights,
                                fp8_scaling=opts.fp8_scaling)
@@ -548,6 +557,9 @@ def run_e2e(opts: Options, *, log=print) -> dict:
                 records.append({**base, "measure": "prefill", **r})
                 log(f"    prefill {L}: {r['tokens_per_s']:.0f} tokens/s")
             for B in opts.batches:
+                if over_budget():
+                    records.append({**base, "measure": "decode", "batch": B, "error": skip})
+                    continue
                 r = _decode_point(model, B, opts, timed, decode, v, cfg, base, records, log)
                 if r is None:
                     continue

@@ -100,3 +100,12 @@ def test_reset_sampler_decode_recorded():
     dec = [r for r in res["records"] if r["measure"] == "decode"]
     assert len(dec) == 1 and "StepAwareTemperatureSampler" in dec[0]["sampler"] and dec[0]["tokens_per_s"] > 0
     assert res["meta"]["sampler"] == "reset"
+
+
+def test_time_budget_records_the_rest_as_skipped():
+    res = eb.run_e2e(eb.Options(config="tiny", batches=(1, 2), context=4, gen=1, warmup=1, prefill=(),
+                                variants=("fp16", "fp8"), device="cpu", breakdown_batches=(), budget_s=0.0),
+                     log=lambda *a: None)
+    errs = [r for r in res["records"] if "error" in r]
+    assert errs and all("time budget" in r["error"] for r in errs)
+    assert {r["variant"] for r in errs} == {"fp16", "fp8"}
