@@ -1,8 +1,8 @@
-"""``mactile bench``: benchmarks that need a GPU (``mactile bench gpu``)."""
+"""``mactile bench``: benchmarks that need a GPU (``mactile bench gpu``, ``tune``, ``e2e``)."""
 from __future__ import annotations
 
 from mactile.cli.common import (CliError, atomic_outputs, atomic_write, check_output_dir,
-                                check_output_file, int_list, positive_float)
+                                check_output_file, int_at_least, int_list, positive_float)
 
 
 def _names(text: str) -> list[str]:
@@ -59,6 +59,7 @@ def register(sub) -> None:
                                         "gpu/tuning/h100.json; its other entries are kept)")
     t.add_argument("--name", default="gpu_engine_tune", help="file name stem (default gpu_engine_tune)")
     t.set_defaults(func=run_tune)
+    _register_e2e(bsub)
 
 
 def _check_paths(args):
@@ -178,4 +179,99 @@ def run_gpu(args) -> int:
     print(table)
     print(geo)
     print(f"wrote {stem}.json, {stem}.md, {stem}_tuning.json, {stem}.png")
+    return 0
+
+
+# --------------------------------------------------------------------------- bench e2e
+def _register_e2e(bsub) -> None:
+    e = bsub.add_parser("e2e", help="decode and prefill tokens/s of a Llama/Qwen decoder in every format",
+                        description="Build a decoder with random weights (default Llama-3.1-8B's shapes) and "
+                                    "measure decode tokens/s and time per output token per batch size (one "
+                                    "CUDA graph per step), prefill tokens/s, and a breakdown of one decode step, "
+                                    "for FP16, FP8 (torch._scaled_mm), every mactile format and mode "
+                                    "(mactile.torch.quantize_model) and the peers (PyTorch int4 tinygemm, "
+                                    "GemLite A16W4) in the same run; write JSON, markdown and PNG.")
+    e.add_argument("-o", "--out", default="out/bench-e2e", help="output folder (default out/bench-e2e)")
+    e.add_argument("--name", default="e2e", help="file name stem (default e2e)")
+    e.add_argument("--config", default="llama-3.1-8b",
+                   help="decoder configuration: llama-3.1-8b (default), qwen3-8b, qwen3-32b, tiny, tiny-qwen3")
+    e.add_argument("--tiny", action="store_true",
+                   help="quick check: the tiny configuration, batches 1,4, context 64, 8 steps, prefill 64")
+    e.add_argument("--layers", type=int_at_least(1, "positive integer"), help="override the layer count")
+    e.add_argument("--batches", type=int_list(1, "positive integer"), metavar="B,B,...",
+                   help="decode batch sizes (default 1,4,8,16,32,64,128,256)")
+    e.add_argument("--context", type=int_at_least(1, "positive integer"), help="cached positions (default 1024)")
+    e.add_argument("--gen", type=int_at_least(1, "positive integer"),
+                   help="generated tokens the static cache is sized for (default 128)")
+    e.add_argument("--timed-steps", type=int_at_least(1, "positive integer"),
+                   help="decode steps timed per batch (default min(gen, 32): steady-state steps of the gen-token run)")
+    e.add_argument("--warmup", type=int_at_least(1, "positive integer"), default=3,
+                   help="untimed steps first, capture included (default 3)")
+    e.add_argument("--prefill", type=int_list(1, "positive integer"), metavar="T,T,...",
+                   help="prefill prompt lengths (default 512,2048)")
+    e.add_argument("--no-prefill", action="store_true", help="skip the prefill measurement")
+    e.add_argument("--formats", type=_names, metavar="V,V,...", help="subset of the variants (see --list)")
+    e.add_argument("--list", action="store_true", help="list the variants and exit")
+    e.add_argument("--device", default="cuda", help="cuda (default) or cpu (the tiny check without a GPU)")
+    e.add_argument("--decode", choices=("graph", "compile", "eager"), help="decode step mode (default graph on CUDA)")
+    e.add_argument("--breakdown-batches", type=int_list(1, "positive integer"), metavar="B,B,...",
+                   help="batches whose decode step is broken down (default 1,64; measured ones only)")
+    e.add_argument("--head", action="store_true", help="quantize the output head too (default: FP16 head)")
+    e.add_argument("--distinct-weights", action="store_true",
+                   help="quantize every layer from its own weights (slow) instead of copying layer 0")
+    e.add_argument("--fp8-scaling", choices=("tensor", "row"), default="tensor",
+                   help="FP8 baseline scales: per tensor (default) or per row and token")
+    e.add_argument("--sampler", choices=("greedy", "reset"), default="greedy",
+                   help="decode sampling: greedy (default) or ReSET's step-aware temperature sampler")
+    e.add_argument("--budget-min", type=positive_float("minutes"), default=9.0,
+                   help="start no measurement after this many minutes, so that what was measured is "
+                        "written within a time limit (default 9; the rest recorded as skipped)")
+    e.set_defaults(func=run_e2e)
+
+
+def run_e2e(args) -> int:
+    try:
+        from mactile.torch import e2e_bench as eb
+        from mactile.torch.decoder import CONFIGS
+    except ImportError as ex:
+        raise CliError(f"bench e2e needs torch (pip install 'mactile[torch]'): {ex}")
+    if args.list:
+        for v in eb.VARIANTS:
+            what = f"{v.format}" + (f" mode {v.mode}" if v.mode else "") if v.kind == "mactile" else v.kind
+            print(f"{v.name:<18} {what:<22} {v.note}")
+        return 0
+    if not args.name or "/" in args.name or args.name in (".", ".."):
+        raise CliError(f"--name must be a file name stem without '/', got {args.name!r}")
+    config = "tiny" if args.tiny and args.config == "llama-3.1-8b" else args.config
+    if config not in CONFIGS:
+        raise CliError(f"unknown --config {config!r}; choose from {', '.join(CONFIGS)}")
+    if args.formats:
+        bad = [f for f in args.formats if f not in eb.variant_names()]
+        if bad:
+            raise CliError(f"unknown variants {bad}; choose from {eb.variant_names()}")
+    small = args.tiny
+    opts = eb.Options(config=config, batches=tuple(args.batches or ((1, 4) if small else eb.DEFAULT_BATCHES)),
+                      context=args.context or (64 if small else 1024), gen=args.gen or (8 if small else 128),
+                      timed_steps=args.timed_steps, warmup=args.warmup,
+                      prefill=() if args.no_prefill else tuple(args.prefill or ((64,) if small else eb.PREFILL_LENGTHS)),
+                      variants=tuple(args.formats or ()), device=args.device, decode=args.decode,
+                      breakdown_batches=tuple(args.breakdown_batches or ((1,) if small else (1, 64))),
+                      head=args.head, distinct_weights=args.distinct_weights, fp8_scaling=args.fp8_scaling,
+                      sampler=args.sampler, budget_s=60.0 * args.budget_min,
+                      layers=args.layers)
+    need = max([opts.context + max(opts.warmup, opts.gen, opts.timed_steps or 0) + 1, *opts.prefill])
+    if need > CONFIGS[config].max_position:
+        raise CliError(f"context + warm-up + steps ({need}) exceed {config}'s {CONFIGS[config].max_position} positions")
+    out = check_output_dir(args.out)
+    import torch
+    if args.device not in ("cuda", "cpu") and not args.device.startswith("cuda:"):
+        raise CliError(f"--device must be cuda, cuda:N or cpu, got {args.device!r}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise CliError("bench e2e needs a CUDA GPU (torch sees none); --device cpu --tiny runs the quick check")
+    if args.device == "cpu" and args.decode in ("graph", "compile"):
+        raise CliError(f"--decode {args.decode} needs --device cuda")
+    res = eb.run_e2e(opts)
+    files = eb.write_outputs(res, out, args.name)
+    print(eb.markdown(res))
+    print("wrote " + ", ".join(str(f) for f in files))
     return 0

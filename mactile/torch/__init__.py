@@ -9,7 +9,10 @@ not import it.
   stream, through torch's allocator);
 * :class:`QuantLinear` -- an ``nn.Linear`` stored packed in a golden format;
 * :func:`quantize_model` -- replace a model's linear layers, with a summary of the bytes saved;
-* :func:`save_quantized` / :func:`load_quantized` -- safetensors files of quantized models.
+* :func:`save_quantized` / :func:`load_quantized` -- safetensors files of quantized models;
+* :mod:`.decoder`, :mod:`.generate`, :mod:`.sampling` -- a Llama / Qwen3 decoder with a static
+  KV cache, CUDA-graph decoding, greedy / sampled / ReSET step-aware sampling, NestedFP's
+  per-step precision policy; :mod:`.e2e_bench` -- ``mactile bench e2e``.
 
 >>> import torch
 >>> from mactile.torch import quantize_model
