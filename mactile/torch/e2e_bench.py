@@ -416,9 +416,15 @@ def _graph_time(fn, device, reps: int = 10) -> float:
 
 
 @torch.no_grad()
-def breakdown(model: Decoder, gen: Generator, step_s: float, *, profile: bool = True) -> dict:
-    """Linear layers / attention / the rest of one decode step (see the module docstring)."""
+def breakdown(model: Decoder, gen: Generator, step_s: float, *, profile: bool = True,
+              position: int | None = None) -> dict:
+    """Linear layers / attention / the rest of one decode step (see the module docstring).
+
+    ``position``: where the measured steps started (the context); the profiled steps start
+    there again, so that they stay inside the static cache the timed steps were sized for."""
     dev = gen.device
+    if position is not None:
+        gen.start_at(position, gen.tok.view(-1).clone())
     B, cfg = gen.batch, model.config
     dt = model.model.embed_tokens.weight.dtype
     xin = {}
@@ -447,14 +453,19 @@ def breakdown(model: Decoder, gen: Generator, step_s: float, *, profile: bool = 
     out = {"batch": B, "step_s": step_s, "linear_s": t_lin, "attention_s": t_att,
            "rest_s": step_s - t_lin - t_att, "method": "each part captured and timed alone"}
     if profile and dev.type == "cuda":
-        out.update(_profile_step(gen))
+        out.update(_profile_step(gen, position=pos))
     return out
 
 
-def _profile_step(gen: Generator, steps: int = 5) -> dict:
-    """Sum of kernel times per replayed decode step (torch.profiler / CUPTI)."""
+def _profile_step(gen: Generator, steps: int = 5, *, position: int | None = None) -> dict:
+    """Sum of kernel times per replayed decode step (torch.profiler / CUPTI); the steps start
+    at ``position`` (default: where the generator is) and must fit its cache."""
     try:
         from torch.profiler import ProfilerActivity, profile
+        if position is not None:
+            gen.start_at(position, gen.tok.view(-1).clone())
+        if int(gen.pos.item()) + steps + 1 > gen.max_seq:
+            return {"kernel_sum_s": None, "profile_note": f"{steps + 1} profiled steps do not fit the cache"}
         gen.step()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -567,7 +578,7 @@ def run_e2e(opts: Options, *, log=print) -> dict:
                 g = r.pop("generator")
                 if B in opts.breakdown_batches:
                     try:
-                        records.append({**base, "measure": "breakdown", **breakdown(model, g, r["step_s_median"])})
+                        records.append({**base, "measure": "breakdown", **breakdown(model, g, r["step_s_median"], position=opts.context)})
                     except Exception as e:  # noqa: BLE001  -- a part that cannot be captured alone
                         records.append({**base, "measure": "breakdown", "batch": B,
                                         "error": f"{type(e).__name__}: {e}"[:300]})
