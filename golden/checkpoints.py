@@ -57,7 +57,7 @@ __all__ = [
     "CheckpointError", "NibbleOrder", "GlobalScale", "Padding", "DequantOrder", "ModelDtype",
     "NegativeZeroCode",
     "Layout", "LAYOUTS", "TensorEntry", "SafetensorsFile", "Checkpoint", "LayerWeight",
-    "PlainTensor", "read_layer", "layer_tensors", "layer_from_quantized", "dequantize_layer",
+    "PlainTensor", "read_layer", "layer_tensors", "layer_specs", "layer_from_quantized", "dequantize_layer",
     "write_safetensors", "PlannedFile", "write_planned", "roundtrip_files", "detect_layout", "bf16_to_float32",
     "float32_to_bf16", "MAX_HEADER_BYTES", "INDEX_NAME",
 ]
@@ -655,34 +655,51 @@ def _check_scale_codes(scales: np.ndarray, fmt, name: str, where: str) -> None:
                               f"({int(bad.sum())} in all)")
 
 
+def layer_specs(base: str, shape: tuple[int, ...], fmt, layout: Layout, *,
+                tensor_scale: bool, carried: dict | None = None) -> list[tuple[str, str, tuple]]:
+    """``(name, dtype, shape)`` of the tensors a layer of logical ``shape`` in format
+    ``fmt`` is stored as (known before any value is computed, so headers come first)."""
+    bs = fmt.block_size
+    lead, k = tuple(shape[:-1]), shape[-1]
+    if k % 2:
+        raise CheckpointError(f"layer {base!r}: {k} elements per row cannot be packed two per "
+                              "byte (an odd K)")
+    nb = -(-k // bs)
+    cshape = lead + ((nb, bs // 2) if layout.grouped_codes else (k // 2,))
+    sdt = layout.scale_dtype if layout.name != "mactile" else {1: "U8", 2: "U16"}[fmt.scale_dtype.itemsize]
+    out = [(layout.tensor_name(base, layout.codes_suffix), layout.codes_dtype, cshape),
+           (layout.tensor_name(base, layout.scale_suffix), sdt, lead + (nb,))]
+    if layout.global_suffix and tensor_scale:
+        out.append((layout.tensor_name(base, layout.global_suffix), "F32", layout.global_shape))
+    for name, (dt, arr) in (carried or {}).items():
+        out.append((name, dt, tuple(arr.shape)))
+    return out
+
+
 def layer_tensors(w: LayerWeight) -> list[tuple[str, str, tuple[int, ...], Callable[[], np.ndarray]]]:
     """The stored tensors of a layer, ``(name, dtype, shape, produce)`` for
     :func:`write_safetensors`: the inverse of :func:`read_layer`, byte for byte."""
     lay, q = w.layout, w.quantized
     bs = q.format.block_size
-    lead, k = w.shape[:-1], w.shape[-1]
-    if k % 2:
-        raise CheckpointError(f"layer {w.base!r}: {k} elements per row cannot be packed two per "
-                              "byte (an odd K)")
-    n_blocks = -(-k // bs)
+    lead, k = tuple(w.shape[:-1]), w.shape[-1]
+    specs = layer_specs(w.base, w.shape, q.format, lay, tensor_scale=q.tensor_scale is not None,
+                        carried=w.carried)
+    nb = specs[1][2][-1]
 
     def codes():
-        c = q.codes.reshape(tuple(lead) + (n_blocks * bs,))[..., :k]
+        c = q.codes.reshape(lead + (nb * bs,))[..., :k]
         p = _pack(c, lay.nibble_order)
-        return p.reshape(tuple(lead) + (n_blocks, bs // 2)) if lay.grouped_codes else p
+        return p.reshape(specs[0][2])
 
-    cshape = tuple(lead) + ((n_blocks, bs // 2) if lay.grouped_codes else (k // 2,))
-    scale_dt = lay.scale_dtype if lay.name != "mactile" else {1: "U8", 2: "U16"}[q.format.scale_dtype.itemsize]
-    out = [(lay.tensor_name(w.base, lay.codes_suffix), lay.codes_dtype, cshape, codes),
-           (lay.tensor_name(w.base, lay.scale_suffix), scale_dt, tuple(lead) + (n_blocks,),
-            lambda: np.asarray(q.scales, dtype=DTYPES[scale_dt]).reshape(tuple(lead) + (n_blocks,)))]
-    if lay.global_suffix and q.tensor_scale is not None:
+    def scales():
+        return np.asarray(q.scales, dtype=DTYPES[specs[1][1]]).reshape(lead + (nb,))
+
+    producers = [codes, scales]
+    if len(specs) > 2 + len(w.carried):
         g = _stored_global(w)
-        out.append((lay.tensor_name(w.base, lay.global_suffix), "F32", lay.global_shape,
-                    lambda: np.full(lay.global_shape, g, dtype="<f4")))
-    for name, (dt, arr) in w.carried.items():
-        out.append((name, dt, tuple(arr.shape), lambda arr=arr: arr))
-    return out
+        producers.append(lambda: np.full(lay.global_shape, g, dtype="<f4"))
+    producers += [(lambda arr=arr: arr) for _, arr in w.carried.values()]
+    return [spec + (p,) for spec, p in zip(specs, producers)]
 
 
 def _stored_global(w: LayerWeight) -> np.float32:
@@ -717,7 +734,7 @@ def layer_from_quantized(base: str, q: Quantized, layout: Layout, *, shape=None,
 
 # ============================================================ dequantization
 def dequantize_layer(w: LayerWeight, *, order: DequantOrder | None = None,
-                     dtype: ModelDtype | None = None) -> np.ndarray:
+                     dtype: ModelDtype | None = None, transpose: bool | None = None) -> np.ndarray:
     """The layer's weight as its layout's library dequantizes it, in the model dtype's
     storage (BF16 as uint16 bits: :func:`bf16_to_float32`), logical shape (and transposed
     where the layout says so). ``order``/``dtype`` override the layout's options."""
@@ -755,7 +772,7 @@ def dequantize_layer(w: LayerWeight, *, order: DequantOrder | None = None,
                 y32 = qv * sg[..., None]
     y32 = y32.reshape(tuple(lead) + (nb * bs,))[..., :k]
     out = _round_to(y32, dtype)
-    if lay.transpose_output and out.ndim >= 3:
+    if (lay.transpose_output if transpose is None else transpose) and out.ndim >= 3:
         out = np.ascontiguousarray(np.swapaxes(out, 1, 2))
     return out
 
@@ -923,8 +940,8 @@ def detect_layout(ckpt: Checkpoint) -> Layout | None:
     if any(MACTILE_META_KEY in (f.metadata or {}) for f in ckpt.files):
         return LAYOUTS["mactile"]
     names = ckpt.where
-    for name, e in names.items():
-        if e.dtype != "U8":
+    for name in names:
+        if ckpt.entry(name).dtype != "U8":
             continue
         if name.endswith(".weight_packed"):
             base = name[: -len(".weight_packed")]
