@@ -940,15 +940,14 @@ def detect_layout(ckpt: Checkpoint) -> Layout | None:
     if any(MACTILE_META_KEY in (f.metadata or {}) for f in ckpt.files):
         return LAYOUTS["mactile"]
     names = ckpt.where
-    for name in names:
-        if ckpt.entry(name).dtype != "U8":
-            continue
+    for name in names:  # by name: read_layer then names a wrong dtype or shape
         if name.endswith(".weight_packed"):
             base = name[: -len(".weight_packed")]
             if base + ".weight_global_scale" in names:
                 return LAYOUTS["compressed-tensors-nvfp4"]
             scale = names.get(base + ".weight_scale")
-            if scale is not None and scale.entries[base + ".weight_scale"].dtype == "U8":
+            if scale is not None and scale.entries[base + ".weight_scale"].dtype == "U8" \
+                    and ckpt.entry(name).dtype == "U8":
                 return LAYOUTS["compressed-tensors-mxfp4"]
             return LAYOUTS["compressed-tensors-nvfp4"]  # read_layer names what is missing
         if name.endswith(".weight") and name[:-7] + ".weight_scale_2" in names:
