@@ -58,7 +58,7 @@ __all__ = [
     "NegativeZeroCode",
     "Layout", "LAYOUTS", "TensorEntry", "SafetensorsFile", "Checkpoint", "LayerWeight",
     "PlainTensor", "read_layer", "layer_tensors", "layer_specs", "layer_from_quantized", "dequantize_layer",
-    "write_safetensors", "PlannedFile", "write_planned", "roundtrip_files", "detect_layout", "bf16_to_float32",
+    "requant_error", "write_safetensors", "PlannedFile", "write_planned", "roundtrip_files", "detect_layout", "bf16_to_float32",
     "float32_to_bf16", "MAX_HEADER_BYTES", "INDEX_NAME",
 ]
 
@@ -737,44 +737,90 @@ def dequantize_layer(w: LayerWeight, *, order: DequantOrder | None = None,
                      dtype: ModelDtype | None = None, transpose: bool | None = None) -> np.ndarray:
     """The layer's weight as its layout's library dequantizes it, in the model dtype's
     storage (BF16 as uint16 bits: :func:`bf16_to_float32`), logical shape (and transposed
-    where the layout says so). ``order``/``dtype`` override the layout's options."""
+    where the layout says so). ``order``/``dtype`` override the layout's options.
+
+    Computed in chunks of blocks (each FP32 step as the library rounds it), so the
+    temporaries stay in cache and memory stays a small multiple of the output."""
     lay, q = w.layout, w.quantized
     order = lay.dequantize if order is None else order
     dtype = lay.model_dtype if dtype is None else dtype
     bs = q.format.block_size
-    lead, k = w.shape[:-1], w.shape[-1]
+    lead, k = tuple(w.shape[:-1]), w.shape[-1]
     nb = q.scales.shape[-1]
-    codes = q.codes.reshape(-1, nb, bs)
+    codes = q.codes.reshape(-1, nb * bs)
+    rows = codes.shape[0]
+    store = {ModelDtype.BF16: np.dtype("<u2"), ModelDtype.F16: np.dtype("<f2"),
+             ModelDtype.F32: np.dtype("<f4")}[dtype]
+    out = np.empty((rows, k), dtype=store)
     table = FP4_E2M1.values.astype(_F32)
     if lay.negative_zero is NegativeZeroCode.POSITIVE:
         table[FP4_E2M1.sign_mask] = 0.0
-    qv = table[codes]  # exact
-    if order is DequantOrder.EXACT:
-        y = q.format.dequantize(q).reshape(-1, nb, bs)
-        with np.errstate(over="ignore"):
-            y32 = y.astype(_F32)  # the only rounding besides the model dtype's: to FP32
-    else:
-        sc = q.scales.reshape(-1, nb)
-        with np.errstate(over="ignore", invalid="ignore"):
-            if order is DequantOrder.POW2:
-                s = np.ldexp(_F32(1.0), sc.astype(np.int32) - E8M0.bias).astype(_F32)
-                y32 = qv * s[..., None]
+    sc = q.scales.reshape(rows, nb)
+    # the per-block FP32 scale, rounded as the library forms it
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if order is DequantOrder.EXACT:
+            sg = None
+        elif order is DequantOrder.POW2:
+            sg = np.ldexp(_F32(1.0), sc.astype(np.int32) - E8M0.bias).astype(_F32)
+        else:
+            s = FP8_E4M3.values.astype(_F32)[sc]
+            g = w.stored_global if w.stored_global is not None else _stored_global(w)
+            if order is DequantOrder.SCALE_DIV_FIRST:
+                if lay.global_scale is not GlobalScale.DIVIDE:
+                    g = _F32(_F32(1.0) / g)
+                sg = (s / g).astype(_F32)
             else:
-                s = FP8_E4M3.values.astype(_F32)[sc]
-                g = w.stored_global if w.stored_global is not None else _stored_global(w)
-                if order is DequantOrder.SCALE_DIV_FIRST:
-                    if lay.global_scale is not GlobalScale.DIVIDE:
-                        g = _F32(_F32(1.0) / g)
-                    sg = (s / g).astype(_F32)
-                else:
-                    t = g if lay.global_scale is GlobalScale.MULTIPLY else _F32(_F32(1.0) / g)
-                    sg = (s * t).astype(_F32)
-                y32 = qv * sg[..., None]
-    y32 = y32.reshape(tuple(lead) + (nb * bs,))[..., :k]
-    out = _round_to(y32, dtype)
+                t = g if lay.global_scale is GlobalScale.MULTIPLY else _F32(_F32(1.0) / g)
+                sg = (s * t).astype(_F32)
+    step = max(1, (1 << 16) // (nb * bs))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        if sg is None:
+            part = Quantized(format=q.format, shape=(r1 - r0, nb * bs),
+                             codes=q.codes.reshape(rows, nb, bs)[r0:r1],
+                             scales=sc[r0:r1], tensor_scale=q.tensor_scale)
+            with np.errstate(over="ignore"):
+                y32 = part.dequantize().astype(_F32)  # exact, then FP32
+        else:
+            y32 = np.take(table, codes[r0:r1]).reshape(r1 - r0, nb, bs)
+            with np.errstate(over="ignore", invalid="ignore"):
+                y32 *= sg[r0:r1, :, None]
+            y32 = y32.reshape(r1 - r0, nb * bs)
+        out[r0:r1] = _round_to(y32[:, :k], dtype)
+    out = out.reshape(lead + (k,))
     if (lay.transpose_output if transpose is None else transpose) and out.ndim >= 3:
         out = np.ascontiguousarray(np.swapaxes(out, 1, 2))
     return out
+
+
+def requant_error(src: np.ndarray, q: Quantized) -> tuple[float, float]:
+    """``(MSE, SQNR dB)`` of ``q``'s dequantized values (cropped to ``src``'s last axis)
+    against ``src``, summed in float64 over chunks of rows (no full float64 copy)."""
+    k = src.shape[-1]
+    x2 = src.reshape(-1, k)
+    rows = x2.shape[0]
+    nb, bs = q.scales.shape[-1], q.format.block_size
+    codes = q.codes.reshape(rows, nb, bs)
+    scales = q.scales.reshape(rows, nb)
+    noise = signal = 0.0
+    step = max(1, (1 << 16) // (nb * bs))
+    ctx = {"tensor_scale": q.tensor_scale}
+    buf = np.empty((step * nb, bs), dtype=np.float64)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        y = buf[: (r1 - r0) * nb]
+        # the format's own chunk dequantizer (what Quantized.dequantize runs per chunk)
+        q.format._dequantize_into(codes[r0:r1].reshape(-1, bs), scales[r0:r1].reshape(-1),
+                                  None, ctx, y)
+        x = x2[r0:r1].astype(np.float64)
+        d = y.reshape(r1 - r0, nb * bs)[:, :k] - x
+        d = d.reshape(-1)
+        x = x.reshape(-1)
+        noise += float(np.einsum("i,i->", d, d))  # not BLAS: its threads contend on shared cores
+        signal += float(np.einsum("i,i->", x, x))
+    mse = noise / x2.size
+    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    return mse, sqnr
 
 
 # ============================================================ checkpoints

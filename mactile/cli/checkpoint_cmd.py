@@ -143,10 +143,10 @@ def _check_output(args, is_folder: bool) -> Path:
 def run_convert(args) -> int:
     import numpy as np
 
-    from mactile.golden.block import QuantError
-    from mactile.golden.checkpoints import (MACTILE_META_KEY, LayerWeight, PlannedFile,
-                                            dequantize_layer, layer_from_quantized, layer_specs,
-                                            layer_tensors, model_values, write_planned)
+    from mactile.golden.block import InputError
+    from mactile.golden.checkpoints import (MACTILE_META_KEY, PlannedFile, dequantize_layer,
+                                            layer_from_quantized, layer_specs, layer_tensors,
+                                            model_values, requant_error, write_planned)
     from mactile.golden.fileio import publish_dir, temp_dir, umask
 
     fmt = _target_format(args)
@@ -179,18 +179,22 @@ def run_convert(args) -> int:
         kp = -(-k // fmt.block_size) * fmt.block_size
         x = src if kp == k else np.concatenate(
             [src, np.zeros(src.shape[:-1] + (kp - k,), dtype=np.float32)], axis=-1)
-        q = fmt.quantize(x)
-        err = QuantError.between(src, q.dequantize()[..., :k])
+        try:
+            q = fmt.quantize(x)
+        except InputError as e:
+            raise CliError(f"{args.input}: layer {base!r}: its dequantized weight cannot be "
+                           f"re-encoded: {e}") from None
+        mse, sqnr = requant_error(src, q)
         nw = layer_from_quantized(base, q, lay, shape=src.shape,
                                   carried=w.carried if lay.name == in_layout.name else None)
         done[0] += 1
         rec = {"layer": base, "shape": list(w.shape), "from": f"{w.format.name} ({in_layout.name})",
-               "to": f"{fmt.name} ({lay.name})", "sqnr_db": round(err.sqnr_db, 3),
-               "mse": err.mse_text}
+               "to": f"{fmt.name} ({lay.name})", "sqnr_db": round(sqnr, 3), "mse": mse}
         report.append(rec)
         if not args.quiet:
             print(f"convert: [{done[0]}/{len(layer_names)}] {base} {list(w.shape)}: "
-                  f"{w.format.name} -> {fmt.name}, re-encoding error {err.summary()}",
+                  f"{w.format.name} -> {fmt.name}, re-encoding error MSE {mse:.4g}, "
+                  f"SQNR {sqnr:.2f} dB",
                   file=sys.stderr, flush=True)
         for t in layer_tensors(nw):
             pending[t[0]] = t
@@ -290,12 +294,14 @@ def _has_tensor_scale(fmt) -> bool:
     return q.tensor_scale is not None
 
 
+def _num(v):
+    return None if v is None or not math.isfinite(v) else round(v, 3)
+
+
 def run_inspect(args) -> int:
     import numpy as np
 
-    from mactile.golden.block import QuantError
-    from mactile.golden.checkpoints import (DequantOrder, LayerWeight, dequantize_layer,
-                                            model_values)
+    from mactile.golden.checkpoints import LayerWeight, dequantize_layer, model_values, requant_error
 
     if args.json:
         check_output_file(args.json, inputs=[args.checkpoint], what="--json file")
@@ -308,32 +314,34 @@ def run_inspect(args) -> int:
             q = it.quantized
             nbytes = sum(ck.entry(n).nbytes for n in it.tensor_names())
             lib = model_values(dequantize_layer(it, transpose=False), layout.model_dtype)
-            exact = q.dequantize()[..., : it.shape[-1]]
             finite = np.isfinite(lib)
-            dq = QuantError.between(exact[finite], lib[finite]) if finite.any() else None
+            n_bad = int(lib.size - np.count_nonzero(finite))
+            if n_bad:
+                lib = np.where(finite, lib, np.float32(0))
+            _, dq_sqnr = requant_error(lib, q)  # the library's FP32 steps and dtype rounding
             codes = q.codes
             blocks_zero = float(np.mean(~np.any(codes & 7, axis=-1)))
             saturated = float(np.mean((codes & 7) == 7))
-            fmt = type(q.format)(**({"block_size": q.format.block_size}))
-            padded = np.zeros(q.shape, dtype=np.float32)
-            padded[..., : it.shape[-1]] = np.where(finite, lib, 0)
+            fmt = type(q.format)(block_size=q.format.block_size)  # the default convention
+            padded = lib
+            if q.shape[-1] != lib.shape[-1]:
+                padded = np.zeros(q.shape, dtype=np.float32)
+                padded[..., : lib.shape[-1]] = lib
             rq = fmt.quantize(padded)
             same = float(np.mean(rq.codes == codes))
-            rerr = QuantError.between(lib[finite], rq.dequantize()[..., : it.shape[-1]][finite])
+            _, rq_sqnr = requant_error(lib, rq)
+            amax = float(np.max(np.abs(lib)))
             row = {"tensor": it.base, "layout": layout.name, "format": q.format.name,
-                   "shape": list(it.shape), "bytes": nbytes,
-                   "amax": float(np.max(np.abs(lib[finite]))) if finite.any() else None,
-                   "non_finite": int((~finite).sum()),
+                   "shape": list(it.shape), "bytes": nbytes, "amax": amax, "non_finite": n_bad,
                    "zero_blocks": round(blocks_zero, 6), "codes_at_6": round(saturated, 6),
-                   "dequant_vs_exact_sqnr_db": None if dq is None else round(dq.sqnr_db, 3),
-                   "requant_code_match": round(same, 6),
-                   "requant_sqnr_db": round(rerr.sqnr_db, 3)}
+                   "dequant_vs_exact_sqnr_db": _num(dq_sqnr),
+                   "requant_code_match": round(same, 6), "requant_sqnr_db": _num(rq_sqnr)}
             print(f"  {it.base}  {q.format.name} [{layout.name}] {list(it.shape)} {nbytes} B: "
-                  f"amax {row['amax']:.6g}, zero blocks {100 * blocks_zero:.1f}%, codes at 6 "
+                  f"amax {amax:.6g}, zero blocks {100 * blocks_zero:.1f}%, codes at 6 "
                   f"{100 * saturated:.1f}%; {layout.model_dtype.value} dequantization vs exact "
-                  f"SQNR {row['dequant_vs_exact_sqnr_db']} dB; mactile {q.format.name} requant: "
-                  f"{100 * same:.2f}% codes equal, SQNR {rerr.sqnr_db:.2f} dB"
-                  + (f"; {row['non_finite']} non-finite values" if row["non_finite"] else ""))
+                  f"SQNR {dq_sqnr:.2f} dB; mactile {q.format.name} requant: "
+                  f"{100 * same:.2f}% codes equal, SQNR {rq_sqnr:.2f} dB"
+                  + (f"; {n_bad} non-finite values (counted as 0)" if n_bad else ""))
         else:
             row = {"tensor": it.name, "layout": None, "format": it.dtype, "shape": list(it.shape),
                    "bytes": ck.entry(it.name).nbytes}
