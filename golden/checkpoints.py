@@ -515,6 +515,16 @@ class LayerWeight:
     def tensor_names(self) -> list[str]:
         return [self.layout.tensor_name(self.base, s) for s in self.layout.suffixes] + list(self.carried)
 
+    def select(self, *index: int) -> Quantized:
+        """The 2-D ``[N, K_pad]`` weight at leading ``index`` (an expert of ``[E, N, K]``),
+        as a golden ``Quantized`` sharing the codes (for :func:`~mactile.gpu.packing.pack_w4a16`)."""
+        q = self.quantized
+        if len(index) != len(q.shape) - 2:
+            raise ValueError(f"layer {self.base!r} of shape {list(self.shape)} takes "
+                             f"{len(q.shape) - 2} leading indices, got {len(index)}")
+        return Quantized(format=q.format, shape=tuple(q.shape[-2:]), codes=q.codes[index],
+                         scales=q.scales[index], tensor_scale=q.tensor_scale)
+
 
 @dataclass(frozen=True)
 class PlainTensor:

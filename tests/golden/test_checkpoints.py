@@ -202,9 +202,32 @@ def test_gpu_packing_from_checkpoint_equals_golden_path():
                     np.testing.assert_array_equal(arr, b.layouts[lay][key])
         if layout == "modelopt-nvfp4":
             assert a.tensor_scale == b.tensor_scale
-    # the peer's own file packs too (each layer's leading rows)
+    # the peer's own file packs too
     w = _layers(C.Checkpoint(DATA / "ct_nvfp4"))[1]
     assert packing.pack_w4a16(w.quantized, xp=np).N == w.shape[0]
+
+
+def test_gpu_packing_of_gpt_oss_experts_equals_golden_path(tmp_path):
+    """MXFP4 experts [E, N, K] of the gpt-oss layout: each expert packs (frag layout) as the
+    golden quantizer's weight it was written from."""
+    packing = pytest.importorskip("mactile.gpu.packing")
+    x = np.random.default_rng(6).standard_normal((2, 64, 128)).astype(np.float32)
+    q = MXFP4().quantize(x)
+    w = C.layer_from_quantized("model.layers.0.mlp.experts.down_proj", q, C.LAYOUTS["gpt-oss-mxfp4"])
+    path = tmp_path / "e.safetensors"
+    C.write_safetensors(path, C.layer_tensors(w))
+    (back,) = _layers(C.Checkpoint(path))
+    for e in range(2):
+        ref = MXFP4().quantize(x[e])
+        a, b = packing.pack_w4a16(ref, xp=np), packing.pack_w4a16(back.select(e), xp=np)
+        for key, arr in a.layouts["frag"].items():
+            if isinstance(arr, np.ndarray):
+                np.testing.assert_array_equal(arr, b.layouts["frag"][key])
+    # the peer file's edge scales (2**-127 .. 2**125 in one matrix) exceed what the engine's
+    # FP16 operands decode exactly: refused with a message, never packed wrong
+    (g, _) = _layers(C.Checkpoint(DATA / "gptoss_mxfp4"))
+    with pytest.raises(ValueError, match="binades"):
+        packing.pack_w4a16(g.select(1), xp=np)
 
 
 def _fetcher(tensors):
