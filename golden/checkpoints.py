@@ -391,7 +391,7 @@ LAYOUTS: dict[str, Layout] = {l.name: l for l in (
            carried_suffixes=("input_global_scale",), scale_dtype="F8_E4M3", global_shape=(1,),
            global_scale=GlobalScale.DIVIDE, padding=Padding.PARTIAL,
            dequantize=DequantOrder.SCALE_DIV_FIRST, model_dtype=ModelDtype.BF16,
-           zero_block_scale="the smallest E4M3 subnormal (2**-9: calculate_qparams' eps)",
+           zero_block_scale="0.125 (E4M3 0x20: calculate_qparams replaces a zero scale by its eps)",
            config_marker=("compressed-tensors", "nvfp4-pack-quantized"),
            reference="compressed_tensors/compressors/nvfp4/{base,helpers}.py, "
                      "quantization/lifecycle/forward_helpers.py _dequantize"),
