@@ -370,3 +370,41 @@ def test_output_folder_exists_or_inside_input(tmp_path, capsys):
     f = src / "model.safetensors"
     rc, _, se = run_cli(["convert", str(f), str(f), "--to", "mxfp4"], capsys)
     assert rc == 2 and "is the input" in se
+
+
+def test_failure_midway_leaves_nothing(tmp_path, capsys):
+    """A layer that fails after earlier shards were written (its BF16 weight overflows to
+    inf: scale code 253 with a code of 6) removes the half-built folder."""
+    src = tmp_path / "src"
+    src.mkdir()
+    good = {"a.mlp.experts.w_blocks": ("U8", (2, 4, 1, 16), np.full((2, 4, 1, 16), 0x11, np.uint8)),
+            "a.mlp.experts.w_scales": ("U8", (2, 4, 1), np.full((2, 4, 1), 127, np.uint8))}
+    bad_scales = np.full((2, 4, 1), 127, np.uint8)
+    bad_scales[1, 3, 0] = 253
+    bad = {"b.mlp.experts.w_blocks": ("U8", (2, 4, 1, 16), np.full((2, 4, 1, 16), 0x77, np.uint8)),
+           "b.mlp.experts.w_scales": ("U8", (2, 4, 1), bad_scales)}
+    _save(src / "model-00001-of-00002.safetensors", good)
+    _save(src / "model-00002-of-00002.safetensors", bad)
+    wm = {n: "model-00001-of-00002.safetensors" for n in good}
+    wm.update({n: "model-00002-of-00002.safetensors" for n in bad})
+    (src / C.INDEX_NAME).write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    out_root = tmp_path / "out"
+    out_root.mkdir()
+    rc, so, se = run_cli(["convert", str(src), str(out_root / "o"), "--to", "razer"], capsys)
+    assert rc == 2
+    last = se.strip().splitlines()[-1]
+    assert last.startswith("mactile: error: ") and "'b.mlp.experts.w'" in last and "inf" in last
+    assert "[1/2]" in se  # the first layer had been converted
+    assert list(out_root.iterdir()) == []
+
+
+def test_entry_point_subprocess(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "mactile", "convert", str(tmp_path / "none"),
+                        str(tmp_path / "o"), "--to", "razer"], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"mactile: error: checkpoint {str(tmp_path / 'none')!r} does not exist"]
+    assert not (tmp_path / "o").exists()
