@@ -681,8 +681,8 @@ def layer_specs(base: str, shape: tuple[int, ...], fmt, layout: Layout, *,
            (layout.tensor_name(base, layout.scale_suffix), sdt, lead + (nb,))]
     if layout.global_suffix and tensor_scale:
         out.append((layout.tensor_name(base, layout.global_suffix), "F32", layout.global_shape))
-    for name, (dt, arr) in (carried or {}).items():
-        out.append((name, dt, tuple(arr.shape)))
+    for name, (dt, arr) in (carried or {}).items():  # an array, or its shape when planning
+        out.append((name, dt, tuple(arr) if isinstance(arr, tuple) else tuple(arr.shape)))
     return out
 
 

@@ -94,8 +94,9 @@ def _out_layout(args, fmt, in_layout):
     elif in_layout.format_name == fmt.name and in_layout.block_size == fmt.block_size:
         lay = in_layout
     else:
-        lay = LAYOUTS[_DEFAULT_LAYOUT.get(fmt.name, "mactile")] if fmt.block_size in (16, 32) \
-            and fmt.name in _DEFAULT_LAYOUT else LAYOUTS["mactile"]
+        lay = LAYOUTS[_DEFAULT_LAYOUT.get(fmt.name, "mactile")]
+        if lay.block_size != fmt.block_size:  # nvfp4/mxfp4 with another --block
+            lay = LAYOUTS["mactile"]
     if lay.name != "mactile" and (lay.format_name != fmt.name or lay.block_size != fmt.block_size):
         raise CliError(f"--layout {lay.name} stores {lay.format_name} in blocks of "
                        f"{lay.block_size}; {fmt.describe()} needs --layout mactile")
@@ -165,7 +166,6 @@ def run_convert(args) -> int:
     pending: dict[str, tuple] = {}  # output tensor name -> (name, dtype, shape, produce)
     report: list[dict] = []
     t0 = time.perf_counter()
-    read_bytes = [0]
     done = [0]
 
     def convert_layer(base: str):
@@ -173,7 +173,6 @@ def run_convert(args) -> int:
 
         codes_name = in_layout.tensor_name(base, in_layout.codes_suffix)
         w = read_layer(base, in_layout, ck.fetch, str(ck.where[codes_name].path), specs_in.get(base))
-        read_bytes[0] += sum(ck.entry(n).nbytes for n in w.tensor_names() if n in ck.where)
         src = model_values(dequantize_layer(w, transpose=False), in_layout.model_dtype)
         k = src.shape[-1]
         kp = -(-k // fmt.block_size) * fmt.block_size
@@ -227,7 +226,7 @@ def run_convert(args) -> int:
                 shape = cshape[:-1] + (cshape[-1] * 2,)
             if lay.padding.value == "stored" and shape[-1] % fmt.block_size:
                 shape = shape[:-1] + (-(-shape[-1] // fmt.block_size) * fmt.block_size,)
-            carried = {n: (ck.entry(n).dtype, np.empty(ck.entry(n).shape)) for n in
+            carried = {n: (ck.entry(n).dtype, ck.entry(n).shape) for n in
                        (in_layout.tensor_name(base, s) for s in in_layout.carried_suffixes)
                        if n in ck.where and lay.name == in_layout.name}
             for spec in layer_specs(base, shape, fmt, lay, tensor_scale=_has_tensor_scale(fmt),

@@ -59,6 +59,7 @@ def test_convert_nvfp4_to_razer_loads_back(tmp_path, capsys):
     ("modelopt_nvfp4", "mxfp4", "compressed-tensors-mxfp4"),
     ("ct_mxfp4", "nvfp4", "modelopt-nvfp4"),
     ("ct_nvfp4", "mxfp4", "gpt-oss-mxfp4"),
+    ("modelopt_nvfp4", "nvfp4", "modelopt-nvfp4"),
 ])
 def test_convert_between_layouts(tmp_path, capsys, src, to, layout):
     out = tmp_path / ("o.safetensors" if src.endswith(".safetensors") else "o")
@@ -67,7 +68,12 @@ def test_convert_between_layouts(tmp_path, capsys, src, to, layout):
     assert rc == 0, se
     ck = C.Checkpoint(out)
     assert ck.layout().name == layout
-    assert all(w.format.name == to for w in ck.items(ck.layout()) if isinstance(w, C.LayerWeight))
+    layers = [w for w in ck.items(ck.layout()) if isinstance(w, C.LayerWeight)]
+    assert layers and all(w.format.name == to for w in layers)
+    if layout == "modelopt-nvfp4" and src.startswith("modelopt"):  # same layout: carried along
+        assert all(w.carried for w in layers)
+        assert (out / "hf_quant_config.json").read_bytes() == \
+            (DATA / src / "hf_quant_config.json").read_bytes()
 
 
 def test_inspect_lists_every_tensor(tmp_path, capsys):
