@@ -294,7 +294,10 @@ def _has_tensor_scale(fmt) -> bool:
 
 
 def _num(v):
-    return None if v is None or not math.isfinite(v) else round(v, 3)
+    """A float for JSON: ``"inf"`` for an exact result (infinite SQNR), None for NaN."""
+    if v is None or math.isnan(v):
+        return None
+    return str(v) if math.isinf(v) else round(v, 3)
 
 
 def run_inspect(args) -> int:
