@@ -286,3 +286,17 @@ def test_bad_safetensors_refused(tmp_path, header, data, n, message):
         C.Checkpoint(p)
     assert message in str(e.value) and "bad.safetensors" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_modelopt_order_is_torchaos_fp32_dequantization():
+    """ModelOpt's fl32(q * fl32(s * T)) is the golden NVFP4 ``Dequantization.FP32``
+    (torchao's order): the two implementations agree value for value before BF16."""
+    from mactile.golden import Convention, Dequantization, Quantized
+
+    fmt = NVFP4(convention=Convention(dequantize=Dequantization.FP32))
+    for w in _layers(C.Checkpoint(DATA / "modelopt_nvfp4")):
+        q = w.quantized
+        g = Quantized(format=fmt, shape=q.shape, codes=q.codes, scales=q.scales,
+                      tensor_scale=q.tensor_scale).dequantize()
+        ours = C.dequantize_layer(w, dtype=C.ModelDtype.F32)
+        np.testing.assert_array_equal(ours.astype(np.float64), g)  # == compares -0 with +0
