@@ -513,7 +513,12 @@ class LayerWeight:
         return self.quantized.format
 
     def tensor_names(self) -> list[str]:
-        return [self.layout.tensor_name(self.base, s) for s in self.layout.suffixes] + list(self.carried)
+        """The stored tensors of this layer (codes, scales, global scale if any, carried)."""
+        lay = self.layout
+        names = [lay.tensor_name(self.base, lay.codes_suffix), lay.tensor_name(self.base, lay.scale_suffix)]
+        if lay.global_suffix and self.quantized.tensor_scale is not None:
+            names.append(lay.tensor_name(self.base, lay.global_suffix))
+        return names + list(self.carried)
 
     def select(self, *index: int) -> Quantized:
         """The 2-D ``[N, K_pad]`` weight at leading ``index`` (an expert of ``[E, N, K]``),
@@ -603,7 +608,8 @@ def read_layer(base: str, layout: Layout, fetch: Callable[[str], tuple[TensorEnt
     if math.prod(lead) == 0:
         raise CheckpointError(f"{where}: tensor {cname!r}: shape {list(cs)} holds no rows")
     tensor_scale = stored = None
-    if layout.global_suffix:
+    needs_global = bool(fmt.storage is not None and fmt.storage.tensor_scale)
+    if layout.global_suffix and (needs_global or layout.name != "mactile"):
         gname, (gentry, gread) = need(layout.global_suffix)
         if gentry.dtype != "F32" or math.prod(gentry.shape) != 1:
             raise CheckpointError(f"{where}: tensor {gname!r}: {gentry.dtype} {list(gentry.shape)}, "
@@ -617,7 +623,7 @@ def read_layer(base: str, layout: Layout, fetch: Callable[[str], tuple[TensorEnt
         if not np.isfinite(tensor_scale) or tensor_scale == 0:
             raise CheckpointError(f"{where}: tensor {gname!r}: global scale {float(stored)!r} has "
                                   "no finite FP32 inverse")
-    elif fmt.name == "nvfp4" or (fmt.storage is not None and fmt.storage.tensor_scale):
+    elif needs_global:
         raise CheckpointError(f"{where}: layer {base!r}: {fmt.name} needs a global scale and "
                               f"{layout.name} has none")
     scales = np.asarray(sread())

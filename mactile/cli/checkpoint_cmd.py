@@ -234,7 +234,7 @@ def run_convert(args) -> int:
                 pf.tensors.append(spec + (produce_for(base, spec[0]),))
             if lay.name == "mactile":
                 d = {"format": fmt.name, "block_size": fmt.block_size}
-                if fmt.special_magnitudes:
+                if getattr(fmt, "special_magnitudes", ()):
                     d["special_values"] = list(fmt.special_magnitudes)
                 mactile_layers[base] = d
         if mactile_layers:
@@ -287,10 +287,7 @@ def run_convert(args) -> int:
 
 
 def _has_tensor_scale(fmt) -> bool:
-    import numpy as np
-
-    q = fmt.quantize(np.ones((1, fmt.block_size), dtype=np.float32))
-    return q.tensor_scale is not None
+    return bool(fmt.storage.tensor_scale)
 
 
 def _num(v):

@@ -60,6 +60,7 @@ def test_convert_nvfp4_to_razer_loads_back(tmp_path, capsys):
     ("ct_mxfp4", "nvfp4", "modelopt-nvfp4"),
     ("ct_nvfp4", "mxfp4", "gpt-oss-mxfp4"),
     ("modelopt_nvfp4", "nvfp4", "modelopt-nvfp4"),
+    ("ct_nvfp4", "mxfp4", "mactile"),
 ])
 def test_convert_between_layouts(tmp_path, capsys, src, to, layout):
     out = tmp_path / ("o.safetensors" if src.endswith(".safetensors") else "o")
@@ -70,6 +71,8 @@ def test_convert_between_layouts(tmp_path, capsys, src, to, layout):
     assert ck.layout().name == layout
     layers = [w for w in ck.items(ck.layout()) if isinstance(w, C.LayerWeight)]
     assert layers and all(w.format.name == to for w in layers)
+    rc, so, se = run_cli(["inspect", str(out)], capsys)
+    assert rc == 0 and so.count(f"{to} [{layout}]") == len(layers), se
     if layout == "modelopt-nvfp4" and src.startswith("modelopt"):  # same layout: carried along
         assert all(w.carried for w in layers)
         assert (out / "hf_quant_config.json").read_bytes() == \
