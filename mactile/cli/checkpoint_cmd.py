@@ -201,6 +201,7 @@ def run_convert(args) -> int:
     def produce_for(base: str, name: str):
         def produce():
             if name not in pending:
+                pending.clear()  # the previous layer is written: hold one layer at a time
                 convert_layer(base)
             return pending.pop(name)[3]()
         return produce
@@ -209,12 +210,15 @@ def run_convert(args) -> int:
     for f in ck.files:
         meta = dict(f.metadata) if f.metadata is not None else None
         mactile_layers = {}
-        pf = PlannedFile(f.path.name, meta, order=None)
+        # Each layer's tensors together, where its codes were: the Rust writer's dtype-sorted
+        # order would put every layer's scales first and need every layer of the shard at once.
+        pf = PlannedFile(f.path.name, meta, order=[])
         seen_layers = set()
         for name, e in f.entries.items():
             base = bases.get(name)
             if base is None:
                 pf.tensors.append((name, e.dtype, e.shape, (lambda f=f, n=name: f.read(n))))
+                pf.order.append(name)
                 continue
             if base in seen_layers or name != in_layout.tensor_name(base, in_layout.codes_suffix):
                 continue  # the layer's tensors go where its codes were
@@ -232,6 +236,7 @@ def run_convert(args) -> int:
             for spec in layer_specs(base, shape, fmt, lay, tensor_scale=_has_tensor_scale(fmt),
                                     carried=carried):
                 pf.tensors.append(spec + (produce_for(base, spec[0]),))
+                pf.order.append(spec[0])
             if lay.name == "mactile":
                 d = {"format": fmt.name, "block_size": fmt.block_size}
                 if getattr(fmt, "special_magnitudes", ()):
