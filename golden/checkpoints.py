@@ -663,11 +663,11 @@ def _check_scale_codes(scales: np.ndarray, fmt, name: str, where: str) -> None:
                                   f"0x{int(scales[i]):02x} at block {tuple(int(v) for v in i)}")
     elif fmt.name == "mxfp4":
         bad = scales == 0xFF
-        what = "the E8M0 NaN code 0xff"
+        what = "the E8M0 NaN code"
     if bad is not None and bad.any():
         i = np.unravel_index(int(np.argmax(bad)), scales.shape)
-        raise CheckpointError(f"{where}: tensor {name!r}: block scale {what} "
-                              f"(0x{int(scales[i]):02x}) at block {tuple(int(v) for v in i)} "
+        raise CheckpointError(f"{where}: tensor {name!r}: {what} 0x{int(scales[i]):02x} as the "
+                              f"block scale at block {tuple(int(v) for v in i)} "
                               f"({int(bad.sum())} in all)")
 
 
@@ -980,6 +980,9 @@ class Checkpoint:
         return specs
 
 
+_FORCE = "a layout can be forced: inspect --layout, convert --in-layout"
+
+
 def detect_layout(ckpt: Checkpoint) -> Layout | None:
     """The layout named by config.json's ``quantization_config`` (or the files' metadata),
     else the one whose tensor names and dtypes the files hold; None when no tensor is
@@ -998,7 +1001,7 @@ def detect_layout(ckpt: Checkpoint) -> Layout | None:
                 return lay
         raise CheckpointError(f"{ckpt.path}: config.json names quantization {method!r}"
                               + (f" format {fmt!r}" if fmt else "") + ", which is no known layout "
-                              f"(known: {', '.join(LAYOUTS)}; --layout forces one)")
+                              f"(known: {', '.join(LAYOUTS)}; {_FORCE})")
     if any(MACTILE_META_KEY in (f.metadata or {}) for f in ckpt.files):
         return LAYOUTS["mactile"]
     names = ckpt.where
@@ -1020,7 +1023,7 @@ def detect_layout(ckpt: Checkpoint) -> Layout | None:
     if u8:
         raise CheckpointError(f"{ckpt.where[u8[0]].path}: tensor {u8[0]!r} "
                               f"({ckpt.entry(u8[0]).dtype}) looks quantized but its names match no "
-                              f"known layout ({', '.join(LAYOUTS)}); --layout forces one")
+                              f"known layout ({', '.join(LAYOUTS)}; {_FORCE})")
     return None
 
 

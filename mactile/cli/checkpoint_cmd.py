@@ -283,8 +283,8 @@ def run_convert(args) -> int:
     dt = time.perf_counter() - t0
     in_total = sum(f.size for f in ck.files)
     print(f"converted {len(report)} layers of {args.input} ({in_layout.name}) to {fmt.describe()} "
-          f"in layout {lay.name} -> {args.output}: {in_total / 1e6:.1f} MB read, "
-          f"{total_out / 1e6:.1f} MB written in {dt:.2f} s ({in_total / 1e6 / max(dt, 1e-9):.1f} MB/s)")
+          f"in layout {lay.name} -> {args.output}: {in_total / 1e6:.4g} MB read, "
+          f"{total_out / 1e6:.4g} MB written in {dt:.3g} s ({in_total / 1e6 / max(dt, 1e-9):.3g} MB/s)")
     worst = min(report, key=lambda r: r["sqnr_db"])
     print(f"re-encoding error per layer: SQNR {min(r['sqnr_db'] for r in report):.2f} .. "
           f"{max(r['sqnr_db'] for r in report):.2f} dB (worst {worst['layer']})")
