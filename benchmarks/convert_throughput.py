@@ -84,6 +84,31 @@ def run_convert(src: Path, out: Path, to: str) -> dict:
             "peak_rss_mib": round(after.ru_maxrss / 1024, 1), "summary": p.stdout.strip().splitlines()}
 
 
+def render(res: dict) -> str:
+    """The Markdown table of a result (also from a saved JSON: ``--render FILE.json``)."""
+    info, m = res["checkpoint"], res["machine"]
+    lines = ["# `mactile convert` throughput", "",
+             f"Synthetic compressed-tensors NVFP4 checkpoint: {info['layers']} layers of "
+             f"{info['shape'][0]} x {info['shape'][1]}, {info['bytes'] / 1e6:.0f} MB in "
+             f"{info['shards']} shards; {m['cpus']} CPUs, load average at start "
+             f"{m['loadavg_start'][0]:.1f} (other jobs shared the cores: CPU s is the time "
+             f"convert itself got). Written by benchmarks/convert_throughput.py on {res['date']}.", "",
+             "| --to | wall s | MB/s (wall) | CPU s | MB per CPU s | peak RSS MiB | largest tensor MiB |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in res["runs"]:
+        lines.append(f"| {r['to']} | {r['wall_s']:.1f} | {r['mb_per_s']:.1f} | {r['cpu_s']:.1f} "
+                     f"| {info['bytes'] / 1e6 / r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} "
+                     f"| {info['largest_tensor_bytes'] / 2**20:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(res: dict, out: str) -> None:
+    from mactile.golden.fileio import atomic_write
+
+    atomic_write(out + ".json", json.dumps(res, indent=2) + "\n")
+    atomic_write(out + ".md", render(res))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=float, default=1024.0)
@@ -93,7 +118,11 @@ def main(argv=None) -> int:
     ap.add_argument("--to", nargs="+", default=["nvfp4"])
     ap.add_argument("--workdir", help="where the checkpoints go (default: a temporary folder)")
     ap.add_argument("--out", help="write OUT.json and OUT.md")
+    ap.add_argument("--render", metavar="FILE.json", help="only rewrite FILE.md from a saved result")
     args = ap.parse_args(argv)
+    if args.render:
+        write_results(json.loads(Path(args.render).read_text()), args.render[: -len(".json")])
+        return 0
     per_layer = args.rows * args.cols * (0.5 + 1 / 16)
     layers = max(1, round(args.size_mb * 1e6 / per_layer))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mactile-convert-bench-"))
@@ -123,21 +152,7 @@ def main(argv=None) -> int:
                        "MACTILE_THREADS": os.environ.get("MACTILE_THREADS")},
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if args.out:
-        from mactile.golden.fileio import atomic_write
-
-        atomic_write(args.out + ".json", json.dumps(res, indent=2) + "\n")
-        lines = ["# `mactile convert` throughput", "",
-                 f"Synthetic compressed-tensors NVFP4 checkpoint: {info['layers']} layers of "
-                 f"{info['shape'][0]} x {info['shape'][1]}, {info['bytes'] / 1e6:.0f} MB in "
-                 f"{info['shards']} shards; {res['machine']['cpus']} CPUs, load average at start "
-                 f"{res['machine']['loadavg_start'][0]:.1f}. Written by "
-                 "benchmarks/convert_throughput.py.", "",
-                 "| --to | wall s | MB/s | CPU s | peak RSS MiB | largest tensor MiB |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        for r in runs:
-            lines.append(f"| {r['to']} | {r['wall_s']:.1f} | {r['mb_per_s']:.1f} | {r['cpu_s']:.1f} "
-                         f"| {r['peak_rss_mib']:.0f} | {info['largest_tensor_bytes'] / 2**20:.0f} |")
-        atomic_write(args.out + ".md", "\n".join(lines) + "\n")
+        write_results(res, args.out)
     return 0
 
 
