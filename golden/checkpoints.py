@@ -859,6 +859,12 @@ class Checkpoint:
     def __init__(self, path):
         self.path = Path(os.fspath(path))
         st = _stat_input(self.path)
+        if stat.S_ISREG(st.st_mode) and self.path.name.endswith(".json"):
+            if self.path.name != INDEX_NAME:  # config.json and the like
+                raise CheckpointError(f"{self.path}: a JSON file, not a checkpoint; give the "
+                                      ".safetensors file or its folder")
+            self.path = self.path.parent  # the index names its folder's shards
+            st = _stat_input(self.path)
         self.index: dict | None = None
         self.config: dict | None = None
         self.hf_quant_config: dict | None = None

@@ -300,7 +300,13 @@ def case_overlap(tmp):
     return p
 
 
+def case_json_given(tmp):
+    d = _sharded(tmp)
+    return d / "config.json"
+
+
 CASES = [
+    (case_json_given, "a JSON file, not a checkpoint", None),
     (case_missing, "does not exist", None),
     (case_truncated, "truncated", None),
     (case_header_too_long, "the header claims", None),
@@ -405,6 +411,11 @@ def test_failure_midway_leaves_nothing(tmp_path, capsys):
     assert last.startswith("mactile: error: ") and "'b.mlp.experts.w'" in last and "inf" in last
     assert "[1/2]" in se  # the first layer had been converted
     assert list(out_root.iterdir()) == []
+
+
+def test_index_json_opens_its_folder(tmp_path, capsys):
+    rc, so, se = run_cli(["inspect", str(DATA / "ct_nvfp4" / C.INDEX_NAME)], capsys)
+    assert rc == 0 and so.count("nvfp4 [compressed-tensors-nvfp4]") == 5, se
 
 
 def test_entry_point_subprocess(tmp_path):
