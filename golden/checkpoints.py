@@ -816,6 +816,9 @@ def requant_error(src: np.ndarray, q: Quantized) -> tuple[float, float]:
     ``src`` holds float32 values (a model dtype), whose squares neither underflow nor
     overflow float64 (FP32's range squared is 1e-90 .. 1e77), so the plain sums are right
     where :class:`~.block.QuantError` needs its scaling for float64 inputs."""
+    if src.dtype.kind != "f" or src.dtype.itemsize > 4:
+        raise TypeError(f"requant_error sums float32 (or narrower) values, got {src.dtype}; "
+                        "use QuantError.between for float64")
     k = src.shape[-1]
     x2 = src.reshape(-1, k)
     rows = x2.shape[0]
