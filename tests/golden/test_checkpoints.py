@@ -5,6 +5,12 @@ The vectors in tests/data/checkpoints were written by compressed-tensors 0.20.1,
 no torch is needed here. Every layout: read -> write byte-identical, dequantized weights
 equal the library's bit for bit, and the reader's golden ``Quantized`` packs for the GPU
 engine exactly as the golden quantizer's does.
+
+The ``test_live_*`` tests run the peers themselves on fresh random data where they are
+importable (skipped otherwise)::
+
+    .peers-venv/bin/pip install --no-deps -e . pytest
+    .peers-venv/bin/python -m pytest -p no:xdist tests/golden/test_checkpoints.py -k live
 """
 from __future__ import annotations
 
@@ -301,3 +307,75 @@ def test_modelopt_order_is_torchaos_fp32_dequantization():
                       tensor_scale=q.tensor_scale).dequantize()
         ours = C.dequantize_layer(w, dtype=C.ModelDtype.F32)
         np.testing.assert_array_equal(ours.astype(np.float64), g)  # == compares -0 with +0
+
+
+# ------------------------------------------------------------------ live peers
+def _peer_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peer_checkpoints", DATA / "peer_checkpoints.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("scheme", ["NVFP4A16", "MXFP4A16"])
+def test_live_compressed_tensors(scheme, tmp_path):
+    """Where compressed-tensors is importable (the .peers-venv of peer_checkpoints.py, with
+    mactile installed there): fresh random layers, its file and its dequantization."""
+    pytest.importorskip("compressed_tensors")
+    from safetensors.torch import save_file
+
+    peer = _peer_module()
+    rng = np.random.default_rng()
+    w = (rng.standard_normal((256, 1024)) * rng.uniform(1e-3, 1.0, (256, 1))).astype(np.float32)
+    w[:3] = 0
+    tensors, deq, _ = peer._compress("l", w, scheme)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "m.safetensors"))
+    (layer,) = _layers(C.Checkpoint(tmp_path / "m.safetensors"))
+    np.testing.assert_array_equal(C.dequantize_layer(layer), peer._bf16_bits(deq))
+
+
+def test_live_modelopt(tmp_path):
+    """Where nvidia-modelopt is importable: NVFP4QTensor on fresh data, odd K padded."""
+    pytest.importorskip("modelopt")
+    import torch
+    from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
+    from safetensors.torch import save_file
+
+    peer = _peer_module()
+    rng = np.random.default_rng()
+    x = torch.from_numpy(rng.standard_normal((128, 1000)).astype(np.float32) * 0.05).to(torch.bfloat16)
+    qt, s, s2 = NVFP4QTensor.quantize(x, 16)
+    packed = qt._quantized_data
+    qt.metadata["shape"] = torch.Size((packed.shape[0], packed.shape[1] * 2))
+    deq = qt.dequantize(dtype=torch.bfloat16, scale=s, double_scale=s2, block_sizes={-1: 16})
+    save_file({"l.weight": packed.contiguous(), "l.weight_scale": s.contiguous(),
+               "l.weight_scale_2": s2.reshape(()).contiguous()}, str(tmp_path / "m.safetensors"))
+    (layer,) = _layers(C.Checkpoint(tmp_path / "m.safetensors"))
+    np.testing.assert_array_equal(C.dequantize_layer(layer), peer._bf16_bits(deq))
+
+
+def test_live_transformers_gpt_oss(tmp_path):
+    """Where transformers is importable: convert_moe_packed_tensors on random bytes."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    peer = _peer_module()
+    rng = np.random.default_rng()
+    blocks = rng.integers(0, 256, (4, 64, 8, 16), dtype=np.uint8)
+    scales = rng.integers(100, 150, (4, 64, 8), dtype=np.uint8)
+    deq = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales))
+    w = C.layer_from_quantized("e", _quantized_from(blocks, scales), C.LAYOUTS["gpt-oss-mxfp4"])
+    np.testing.assert_array_equal(C.dequantize_layer(w), peer._bf16_bits(deq))
+
+
+def _quantized_from(blocks, scales):
+    """gpt-oss bytes as a golden MXFP4 Quantized (low nibble first)."""
+    from mactile.golden import Quantized
+
+    lo, hi = blocks & 15, blocks >> 4
+    codes = np.stack([lo, hi], axis=-1).reshape(blocks.shape[:-1] + (32,))
+    return Quantized(format=MXFP4(), shape=blocks.shape[:-2] + (blocks.shape[-2] * 32,),
+                     codes=codes, scales=scales, tensor_scale=None)
