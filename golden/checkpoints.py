@@ -310,7 +310,8 @@ class DequantOrder(enum.Enum):
     ``SCALE_MUL_FIRST``  ``fl32(q * fl32(s * T))`` (ModelOpt ``NVFP4QTensor.dequantize``);
     ``POW2``  ``fl32(q * fl32(2**(e - 127)))`` (transformers' ``torch.ldexp``; exact but
     where it overflows: code 255 gives ``2**128 = inf``, so ``0 * inf = NaN``);
-    ``EXACT``  the golden dequantization (float64 exact products; the ``mactile`` layout).
+    ``EXACT``  the golden dequantization (float64 exact products) rounded to FP32, then to
+    the model dtype (the ``mactile`` layout).
     """
 
     SCALE_DIV_FIRST = "scale-div-first"
