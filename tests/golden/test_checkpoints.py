@@ -319,6 +319,11 @@ def _peer_module():
     return mod
 
 
+def _fresh_seed() -> int:
+    """A new seed per run (the live tests sample fresh data), named in any failure."""
+    return int(np.random.SeedSequence().entropy % 2 ** 32)
+
+
 @pytest.mark.parametrize("scheme", ["NVFP4A16", "MXFP4A16"])
 def test_live_compressed_tensors(scheme, tmp_path):
     """Where compressed-tensors is importable (the .peers-venv of peer_checkpoints.py, with
@@ -327,13 +332,15 @@ def test_live_compressed_tensors(scheme, tmp_path):
     from safetensors.torch import save_file
 
     peer = _peer_module()
-    rng = np.random.default_rng()
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
     w = (rng.standard_normal((256, 1024)) * rng.uniform(1e-3, 1.0, (256, 1))).astype(np.float32)
     w[:3] = 0
     tensors, deq, _ = peer._compress("l", w, scheme)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "m.safetensors"))
     (layer,) = _layers(C.Checkpoint(tmp_path / "m.safetensors"))
-    np.testing.assert_array_equal(C.dequantize_layer(layer), peer._bf16_bits(deq))
+    np.testing.assert_array_equal(C.dequantize_layer(layer), peer._bf16_bits(deq),
+                                  err_msg=f"seed {seed}")
 
 
 def test_live_modelopt(tmp_path):
@@ -344,7 +351,8 @@ def test_live_modelopt(tmp_path):
     from safetensors.torch import save_file
 
     peer = _peer_module()
-    rng = np.random.default_rng()
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
     x = torch.from_numpy(rng.standard_normal((128, 1000)).astype(np.float32) * 0.05).to(torch.bfloat16)
     qt, s, s2 = NVFP4QTensor.quantize(x, 16)
     packed = qt._quantized_data
@@ -353,7 +361,8 @@ def test_live_modelopt(tmp_path):
     save_file({"l.weight": packed.contiguous(), "l.weight_scale": s.contiguous(),
                "l.weight_scale_2": s2.reshape(()).contiguous()}, str(tmp_path / "m.safetensors"))
     (layer,) = _layers(C.Checkpoint(tmp_path / "m.safetensors"))
-    np.testing.assert_array_equal(C.dequantize_layer(layer), peer._bf16_bits(deq))
+    np.testing.assert_array_equal(C.dequantize_layer(layer), peer._bf16_bits(deq),
+                                  err_msg=f"seed {seed}")
 
 
 def test_live_transformers_gpt_oss(tmp_path):
@@ -363,12 +372,14 @@ def test_live_transformers_gpt_oss(tmp_path):
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     peer = _peer_module()
-    rng = np.random.default_rng()
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, (4, 64, 8, 16), dtype=np.uint8)
     scales = rng.integers(100, 150, (4, 64, 8), dtype=np.uint8)
     deq = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales))
     w = C.layer_from_quantized("e", _quantized_from(blocks, scales), C.LAYOUTS["gpt-oss-mxfp4"])
-    np.testing.assert_array_equal(C.dequantize_layer(w), peer._bf16_bits(deq))
+    np.testing.assert_array_equal(C.dequantize_layer(w), peer._bf16_bits(deq),
+                                  err_msg=f"seed {seed}")
 
 
 def _quantized_from(blocks, scales):
