@@ -41,6 +41,7 @@ import enum
 import json
 import math
 import os
+import shutil
 import stat
 import struct
 from dataclasses import dataclass, field
@@ -1052,7 +1053,7 @@ class PlannedFile:
 
 
 def write_planned(folder: Path | None, files: list[PlannedFile], *, target: Path | None = None,
-                  index_metadata: dict | None = None, extra_files: dict[str, bytes] | None = None
+                  index_metadata: dict | None = None, extra_files: dict | None = None
                   ) -> list[Path]:
     """Write planned files into ``folder`` (already a private temporary folder), or the one
     file to ``target``; with several files, the index JSON as transformers writes it
@@ -1076,8 +1077,11 @@ def write_planned(folder: Path | None, files: list[PlannedFile], *, target: Path
         index = {"metadata": meta, "weight_map": weight_map}
         (folder / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
         written.append(folder / INDEX_NAME)
-    for name, data in (extra_files or {}).items():
-        (folder / name).write_bytes(data)
+    for name, data in (extra_files or {}).items():  # bytes, or a file to copy
+        if isinstance(data, (bytes, bytearray)):
+            (folder / name).write_bytes(data)
+        else:
+            shutil.copyfile(data, folder / name)
         written.append(folder / name)
     return written
 

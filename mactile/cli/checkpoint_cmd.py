@@ -256,7 +256,7 @@ def run_convert(args) -> int:
         for p in sorted(ck.path.iterdir()):
             if p.suffix == ".safetensors" or p.name == "model.safetensors.index.json" or not p.is_file():
                 continue
-            extra[p.name] = p.read_bytes()
+            extra[p.name] = p  # copied when written (a tokenizer may be large)
         cfg = _config_for(lay, fmt, ck.config)
         if cfg is not None:
             extra["config.json"] = (json.dumps(cfg, indent=2) + "\n").encode()
