@@ -32,6 +32,7 @@ COMMANDS = [
     "mactile.cli.synth_cmd",
     "mactile.cli.report_cmd",
     "mactile.cli.sweep_cmd",
+    "mactile.cli.checkpoint_cmd",
 ]
 
 #: Exit statuses.
