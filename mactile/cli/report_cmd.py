@@ -5,7 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-from mactile.cli.common import CliError, check_output_dir, positive_float, positive_int
+from mactile.cli.common import (MAX_CLOCK_NS, CliError, check_output_dir, positive_float,
+                                positive_int)
 from mactile.cli.synth_cmd import add_flow_args, flow_setup
 
 
@@ -18,7 +19,8 @@ def register(sub) -> None:
                     "papers' tables on their libraries and clocks instead and write the "
                     "paper view (paper.md, paper.json) beside one report per library.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--clock-ns", type=positive_float("a clock period in ns"), default=None,
+    p.add_argument("--clock-ns", type=positive_float("a clock period in ns", upper=MAX_CLOCK_NS),
+                   default=None,
                    metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--designs", nargs="+", metavar="NAME",

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mactile.cli.common import (CliError, FailedRun, atomic_outputs, check_output_dir,
-                                positive_float)
+                                MAX_CLOCK_NS, MAX_TIMEOUT_S, positive_float)
 
 
 def add_flow_args(p) -> None:
@@ -35,7 +35,8 @@ def add_flow_args(p) -> None:
     p.add_argument("--reuse", type=int, default=0, metavar="N",
                    help="with a workload: cycles per activation block at the quantizers "
                         "(0: the layer's output width)")
-    p.add_argument("--timeout", type=positive_float("a number of seconds"), default=None,
+    p.add_argument("--timeout", type=positive_float("a number of seconds", upper=MAX_TIMEOUT_S),
+                   default=None,
                    metavar="S",
                    help="limit in seconds on each tool run, the equivalence proof included "
                         "(default 1800); a proof that does not finish is a failed check")
@@ -83,7 +84,8 @@ def register(sub) -> None:
                     "netlist equivalent to its RTL, and report area, worst slack and power "
                     "(OpenSTA) at the clock.")
     p.add_argument("design", metavar="DESIGN", help="design name (see `mactile list designs`)")
-    p.add_argument("--clock-ns", type=positive_float("a clock period in ns"), default=None,
+    p.add_argument("--clock-ns", type=positive_float("a clock period in ns", upper=MAX_CLOCK_NS),
+                   default=None,
                    metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
