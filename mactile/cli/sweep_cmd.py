@@ -103,6 +103,10 @@ def run(args) -> int:
     if not args.spec:
         raise CliError("give a sweep spec (SPEC.yaml) and -o DIR, or --report DIR")
     spec = _load(args.spec, args)
+    if args.cluster:
+        from mactile.synth.sweep.executor import check_cluster_address
+
+        check_cluster_address(args.cluster)  # ValueError: exit 2, before anything
     if args.dry_run:
         return _dry_run(spec, args.output)
     if not args.output:

@@ -397,6 +397,13 @@ def parse_spec(data: Any, *, source: str = "<spec>", text: str = "") -> Spec:
     if cluster is not None and (not isinstance(cluster, str) or "://" not in cluster):
         raise _err(source, "cluster", f"must be a scheduler address like tcp://HOST:8786, "
                    f"got {cluster!r}")
+    if cluster is not None:
+        from .executor import check_cluster_address
+
+        try:
+            check_cluster_address(cluster)
+        except ValueError as e:
+            raise _err(source, "cluster", str(e).removeprefix("--cluster: ")) from None
     workers = data.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
