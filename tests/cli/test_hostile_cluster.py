@@ -77,9 +77,9 @@ class Server:
 def d(tmp_path, monkeypatch):
     from mactile.synth.sweep import executor
 
-    monkeypatch.setattr(executor, "CONNECT_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(executor, "WORKER_WAIT_S", 1.0)
-    monkeypatch.setattr(executor, "NO_WORKER_GRACE_S", 1.0)
+    monkeypatch.setattr(executor, "CONNECT_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(executor, "WORKER_WAIT_S", 1.0, raising=False)
+    monkeypatch.setattr(executor, "NO_WORKER_GRACE_S", 1.0, raising=False)
     (tmp_path / "s.yaml").write_text(SPEC)
     monkeypatch.chdir(tmp_path)
     return tmp_path
