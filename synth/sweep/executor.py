@@ -16,12 +16,15 @@ They differ only in where the function runs:
 Stopping (Ctrl-C, SIGTERM, an error in the consumer) cancels every queued job; the local
 pool also stops its running jobs (their run folders removed, their tools killed). A Dask
 worker cannot be interrupted mid-task: it finishes its current job and discards it.
+Local workers die with the sweep (Linux: ``PR_SET_PDEATHSIG``), and a SIGTERM sent to one
+of them fails its running job only (:class:`JobTerminated`, a record like any failure).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator
@@ -94,16 +97,14 @@ class LocalPool:
         return f"local pool of {self.workers} process{'es' if self.workers != 1 else ''}"
 
     def run(self, fn: Callable, items: Iterable[dict]) -> Iterator[tuple[dict, object]]:
-        from mactile.synth.report import _as_job, _stop_workers
-
         items = list(items)
         if not items:
             return
         pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
-                                   initializer=_pool_worker_init)
+                                   initializer=_pool_worker_init, initargs=(os.getpid(),))
         futures = {}
         try:
-            futures = {pool.submit(_as_job, fn, it): it for it in items}
+            futures = {pool.submit(_sweep_job, fn, it): it for it in items}
             for fut in as_completed(futures):
                 try:
                     out = fut.result()
@@ -111,39 +112,112 @@ class LocalPool:
                     raise ExecutorLost(f"a worker process died ({e or 'killed'}); the jobs "
                                        f"finished so far are recorded: run again to resume"
                                        ) from None
+                except JobTerminated as e:  # a signal to the worker, not to this sweep
+                    out = e
                 except Exception as e:  # noqa: BLE001 - reported to the caller as a result
                     out = e
                 yield futures[fut], out
         finally:
             for f in futures:
                 f.cancel()
-            _stop_workers(pool)
+            _stop_pool(pool)
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _pool_worker_init() -> None:
-    """In each pool worker: SIGTERM stops the job as Ctrl-C does (see
-    :func:`mactile.synth.report._worker_init`), and Ctrl-C itself is left to the parent,
-    which sends SIGTERM: a worker interrupted twice (Ctrl-C reaches the whole process
-    group) could be stopped again while it removes its run folder."""
-    import signal
+class JobTerminated(KeyboardInterrupt):
+    """A pool worker got SIGTERM during a job (from outside the sweep: the sweep stops its
+    own workers with :data:`STOP_SIGNAL`): the job is a failed record and the sweep goes
+    on. A KeyboardInterrupt, so that the flow's Ctrl-C cleanup (tools killed, run folder
+    removed) runs."""
+
+    def __init__(self, msg: str = "the worker process got SIGTERM during the job"):
+        super().__init__(msg)
+
+
+#: What the sweep sends its workers to stop them (Ctrl-C, SIGTERM to the sweep, an error),
+#: and what a worker gets when the sweep dies (Linux: prctl PR_SET_PDEATHSIG).
+STOP_SIGNAL = signal.SIGUSR1
+_PR_SET_PDEATHSIG = 1
+_parent = {"pid": 0, "signal": signal.SIGTERM}
+
+
+def _orphaned() -> bool:
+    return bool(_parent["pid"]) and os.getppid() != _parent["pid"]
+
+
+def _sweep_job(fn, arg):
+    """Run one job in a worker (:func:`mactile.synth.report._as_job`); a worker whose sweep
+    died exits once the job has cleaned up, instead of waiting for work forever."""
+    from mactile.synth.report import _as_job
+
+    try:
+        return _as_job(fn, arg)
+    finally:
+        if _orphaned():
+            os._exit(1)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            if proc.is_alive():
+                os.kill(proc.pid, STOP_SIGNAL)
+
+
+def _on_stop(signum, frame):
+    """STOP_SIGNAL: stop as Ctrl-C does, and every queued job returns at once; a worker
+    whose sweep died exits (now if idle, after its job's cleanup otherwise)."""
+    from mactile.synth.report import _worker_state
+
+    _parent["signal"] = signum
+    _worker_state["stopping"] = True
+    if _worker_state["in_job"]:
+        raise KeyboardInterrupt
+    if _orphaned():
+        os._exit(1)
+
+
+def _on_term(signum, frame):
+    """SIGTERM from outside the sweep: the running job fails (cleaned up as on Ctrl-C);
+    the worker goes on with the next job."""
+    from mactile.synth.report import _worker_state
+
+    _parent["signal"] = signum
+    if _worker_state["in_job"]:
+        raise JobTerminated()
+
+
+def _pool_worker_init(parent_pid: int = 0) -> None:
+    """In each pool worker: :data:`STOP_SIGNAL` stops the job as Ctrl-C does (see
+    :func:`mactile.synth.report._worker_init`), SIGTERM fails the running job only
+    (:class:`JobTerminated`), and Ctrl-C itself is left to the parent, which sends
+    STOP_SIGNAL: a worker interrupted twice (Ctrl-C reaches the whole process group) could
+    be stopped again while it removes its run folder. On Linux the kernel sends STOP_SIGNAL
+    when the sweep dies (SIGKILL included), so no worker outlives it."""
     import sys
 
-    from mactile.synth.report import _worker_init
-
-    _worker_init()
+    _parent["pid"] = parent_pid
+    signal.signal(STOP_SIGNAL, _on_stop)
+    signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The stop (KeyboardInterrupt from the SIGTERM handler) may land inside a __del__
-    # (Amaranth's unused-elaboratable check), where Python prints it and goes on: send the
-    # signal again a moment later (from a timer thread: a signal sent here would be
-    # handled inside this hook), to stop the job at a later step instead.
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(STOP_SIGNAL), 0, 0, 0)
+    if _orphaned():  # the sweep died before prctl took effect
+        os._exit(1)
+    # The stop (KeyboardInterrupt from a handler) may land inside a __del__ (Amaranth's
+    # unused-elaboratable check), where Python prints it and goes on: send the signal
+    # again a moment later (from a timer thread: a signal sent here would be handled
+    # inside this hook), to stop the job at a later step instead.
     import threading
 
     default_hook = sys.unraisablehook
 
     def hook(unraisable):
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            t = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM))
+            t = threading.Timer(0.05, os.kill, (os.getpid(), _parent["signal"]))
             t.daemon = True
             t.start()
             return
