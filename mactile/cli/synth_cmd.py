@@ -89,12 +89,13 @@ def register(sub) -> None:
                    metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a design parameter (repeatable)")
+                   help="override a design parameter (repeatable); every design parameter "
+                        "is also a flag, as for generate and sim: --terms 32")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="also copy the netlist, logs and result.json into DIR")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     add_flow_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, design_param_flags=True)
 
 
 def run(args) -> int:
@@ -110,6 +111,10 @@ def run(args) -> int:
     # Cheap checks first: the output folder and the parameters, then the library.
     out = check_output_dir(args.output) if args.output else None
     params = dict(_param(t) for t in args.param)
+    # Design parameters as flags (--terms 32), read as generate and sim read them.
+    from mactile.cli.design_args import parse_param_flags
+
+    params.update(parse_param_flags(design, getattr(args, "extra", [])))
     try:
         design.resolve(**params)
     except (ValueError, TypeError) as e:

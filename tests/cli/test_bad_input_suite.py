@@ -534,7 +534,7 @@ def _subparser(name):
     return sub.choices[name]
 
 
-@pytest.mark.parametrize("command", ["generate", "sim"])
+@pytest.mark.parametrize("command", ["generate", "sim", "synth"])
 def test_no_design_parameter_shares_a_flag_name(command):
     """Row 14: `sim --lanes` meant simulated copies while the decoders' design parameter
     `--lanes` (a flag of generate and sim alike) meant the lane count. One meaning per

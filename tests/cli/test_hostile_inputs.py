@@ -128,3 +128,11 @@ def test_the_shipped_libraries_are_within_the_limit():
         except LibraryError:
             continue
         assert lib.path.stat().st_size < MAX_LIBERTY_BYTES / 8
+
+
+def test_synth_takes_design_parameters_as_flags(capsys):
+    """Before: `mactile synth mac-int4 --terms 32` was refused (unrecognized arguments)."""
+    rc, out, err = run(["synth", "mac-int4", "--terms", "0"], capsys)
+    assert rc == 2 and "terms must be a positive integer, got 0" in err, err
+    rc, out, err = run(["synth", "mac-int4", "--lanes", "3"], capsys)
+    assert rc == 2 and "mac-int4: unknown parameter --lanes" in err, err
