@@ -159,6 +159,14 @@ def _run_paper(args, out: Path, jobs: int) -> int:
         files = write_report(rs, sub, plots=not args.no_plots and _have_matplotlib())
         _summary(rs, files)
         results += rs
+    if not results:  # every table's library is missing: nothing to compare
+        raise CliError(f"--paper measured nothing: no library of the papers' tables is "
+                       f"available ({', '.join(sorted(skipped))} not found); set "
+                       f"MACTILE_PDK_DIR to the folder holding them (README: where the "
+                       f"liberty files come from); nothing written")
+    if skipped:
+        print(f"mactile: note: not measured: the tables on {', '.join(sorted(skipped))} "
+              f"(library not found); their rows say 'not run'", file=sys.stderr)
     comparisons = compare(tables, results, skipped_pdks=skipped)
     files = write_paper_view(comparisons, out, cross_format(specs, results))
     for f in files.values():

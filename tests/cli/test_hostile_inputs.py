@@ -136,3 +136,17 @@ def test_synth_takes_design_parameters_as_flags(capsys):
     assert rc == 2 and "terms must be a positive integer, got 0" in err, err
     rc, out, err = run(["synth", "mac-int4", "--lanes", "3"], capsys)
     assert rc == 2 and "mac-int4: unknown parameter --lanes" in err, err
+
+
+def test_report_paper_without_its_libraries_measures_nothing_and_says_so(d, capsys,
+                                                                          monkeypatch):
+    """Before: exit 0 with every row "not run" when the PDKs were missing."""
+    (d / "no-pdk").mkdir()
+    monkeypatch.setenv("MACTILE_PDK_DIR", str(d / "no-pdk"))
+    before = snapshot(d)
+    rc, out, err = run(["report", "-o", str(d / "r"), "--paper"], capsys)
+    assert rc == 2, err
+    assert ("--paper measured nothing: no library of the papers' tables is available "
+            "(nangate45, sky130 not found); set MACTILE_PDK_DIR") in err
+    assert "skipping the nangate45 tables" in err and "Traceback" not in err
+    assert snapshot(d) == before
