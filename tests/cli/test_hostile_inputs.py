@@ -150,3 +150,21 @@ def test_report_paper_without_its_libraries_measures_nothing_and_says_so(d, caps
             "(nangate45, sky130 not found); set MACTILE_PDK_DIR") in err
     assert "skipping the nangate45 tables" in err and "Traceback" not in err
     assert snapshot(d) == before
+
+
+def test_report_activity_notes_name_their_designs():
+    """Before: one 'Activity: ...' paragraph of every method joined, no design named."""
+    from types import SimpleNamespace
+
+    from mactile.synth.report import format_markdown
+
+    def res(design, method):
+        return SimpleNamespace(design=design, pdk="osu018", clock_ns=10.0, group="g", ok=True,
+                               activity_method=method, failure="", meets_timing=True,
+                               area_um2=1.0, cell_count=1, slack_ns=1.0,
+                               power_mw={"internal": 1.0, "switching": 1.0, "leakage": 1.0,
+                                         "total": 3.0})
+
+    md = format_markdown([res("a", "sim: 2000 cycles"), res("b", "ports: rates"),
+                          res("c", "sim: 2000 cycles")])
+    assert "- a, c: sim: 2000 cycles" in md and "- b: ports: rates" in md
