@@ -83,7 +83,11 @@ def register(sub) -> None:
         description="Synthesize one design with Yosys on a standard-cell library, prove the "
                     "netlist equivalent to its RTL, and report area, worst slack and power "
                     "(OpenSTA) at the clock.")
-    p.add_argument("design", metavar="DESIGN", help="design name (see `mactile list designs`)")
+    # The design, --config, --show-params and every design parameter as a flag: the
+    # arguments generate and sim take (mactile.cli.design_args).
+    from mactile.cli.design_args import add_design_args
+
+    add_design_args(p)
     p.add_argument("--clock-ns", type=positive_float("a clock period in ns", upper=MAX_CLOCK_NS),
                    default=None,
                    metavar="T",
@@ -110,15 +114,23 @@ def run(args) -> int:
         raise CliError(str(e)) from None
     # Cheap checks first: the output folder and the parameters, then the library.
     out = check_output_dir(args.output) if args.output else None
-    params = dict(_param(t) for t in args.param)
-    # Design parameters as flags (--terms 32), read as generate and sim read them.
-    from mactile.cli.design_args import parse_param_flags
+    # Precedence as for generate and sim: defaults, --config, then --param and the
+    # parameter flags (--terms 32).
+    from mactile.cli.design_args import load_config, parse_param_flags
 
+    params = load_config(args.config) if args.config else {}
+    params.update(dict(_param(t) for t in args.param))
     params.update(parse_param_flags(design, getattr(args, "extra", [])))
     try:
-        design.resolve(**params)
+        resolved = design.resolve(**params)
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
+    if args.show_params:
+        import yaml
+
+        print(yaml.safe_dump({"design": design.name, "params": resolved}, sort_keys=False),
+              end="")
+        return 0
     lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
     try:
         component = design.build(**params)

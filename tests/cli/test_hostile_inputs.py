@@ -168,3 +168,13 @@ def test_report_activity_notes_name_their_designs():
     md = format_markdown([res("a", "sim: 2000 cycles"), res("b", "ports: rates"),
                           res("c", "sim: 2000 cycles")])
     assert "- a, c: sim: 2000 cycles" in md and "- b: ports: rates" in md
+
+
+def test_synth_takes_config_and_show_params_like_generate(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("terms: 16\n")
+    rc, out, err = run(["synth", "mac-int4", "--config", str(tmp_path / "c.yaml"), "--show-params"],
+                       capsys)
+    assert rc == 0 and "terms: 16" in out, err
+    rc, out, err = run(["synth", "mac-int4", "--config", str(tmp_path / "c.yaml"), "--terms", "8",
+                        "--show-params"], capsys)
+    assert rc == 0 and "terms: 8" in out, err
