@@ -73,11 +73,18 @@ test-slow: install
 test-all: install
 	$(PY) -m pytest -n $(JOBS) -m "not gpu" --durations=15
 
+# The GPU targets use .venv where it exists (after `make install`/`make test`), else
+# $(PYTHON) with mactile installed into it (the GPU machine: pip install -e . there).
+GPU_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+GPU_CHECK = @$(GPU_PY) -c "import mactile.golden" 2>/dev/null || { echo "make: $(GPU_PY) cannot import mactile.golden; run make install (or $(PYTHON) -m pip install -e .) first" >&2; exit 2; }
+
 test-gpu:
-	$(PYTHON) -m pytest -m gpu -v
+	$(GPU_CHECK)
+	$(GPU_PY) -m pytest -m gpu -v
 
 bench-gpu:
-	$(PYTHON) -m mactile.cli.main bench gpu -o out/bench-gpu
+	$(GPU_CHECK)
+	$(GPU_PY) -m mactile.cli.main bench gpu -o out/bench-gpu
 
 bench: install
 	$(PY) benchmarks/golden_throughput.py
@@ -88,5 +95,9 @@ bench-sim: install
 bench-sweep: install
 	$(PY) benchmarks/sweep_scaling.py -o docs/results
 
+# Also the simulation builds (sim_build/, or $$MACTILE_SIM_BUILD) and the synthesis cache
+# ($$MACTILE_CACHE_DIR, else $$XDG_CACHE_HOME/mactile or ~/.cache/mactile).
 clean:
+	rm -rf "$${MACTILE_SIM_BUILD:-sim_build}"
+	rm -rf "$${MACTILE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/mactile}"
 	rm -rf $(VENV) out .pytest_cache build *.egg-info

@@ -14,5 +14,8 @@ for layer in LAYERS:
     package_dir[f"mactile.{layer}"] = layer
     packages.append(f"mactile.{layer}")
     packages += [f"mactile.{layer}.{p}" for p in find_packages(layer)]
+# Folders of data files only (no __init__.py), shipped through package-data: listed as
+# packages so that setuptools does not warn that they are absent from `packages`.
+packages.append("mactile.synth.scripts")
 
 setup(packages=packages, package_dir=package_dir)

@@ -77,6 +77,14 @@ def check_input(x, block_size: int, *, name: str) -> np.ndarray:
         raise InputError(
             f"{name}: last axis has {a.shape[-1]} elements, not a multiple of the "
             f"block size {block_size}")
+    if a.dtype.itemsize > 8 and a.size:  # float128/longdouble: checked before any narrowing
+        big = np.abs(a) > np.finfo(np.float64).max
+        if big.any():
+            idx = np.unravel_index(int(np.argmax(big.reshape(-1))), a.shape)
+            raise InputError(f"{name}: value {a[idx]} at index {tuple(int(i) for i in idx)} "
+                             f"is beyond float64's range ({np.finfo(np.float64).max:.6g}; "
+                             f"{int(big.sum())} value(s) in all): the formats compute in "
+                             f"float64 at most")
     finite = np.isfinite(a)
     if not finite.all():
         idx = np.unravel_index(int(np.argmin(finite.reshape(-1))), a.shape)

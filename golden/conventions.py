@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 from dataclasses import dataclass
+
+import numpy as np
 
 from .elements import FP8_E4M3
 
@@ -178,10 +181,11 @@ class Convention:
                 if not isinstance(v, bool):
                     raise ValueError(f"convention option {f.name} must be True or False, got {v!r}")
             elif kind is float:
-                try:
-                    object.__setattr__(self, f.name, float(v))
-                except (TypeError, ValueError):
-                    raise ValueError(f"convention option {f.name} must be a number, got {v!r}") from None
+                # A real number only: True and '0.015625' are not a scale (float() would
+                # take both).
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                    raise ValueError(f"convention option {f.name} must be a number, got {v!r}")
+                object.__setattr__(self, f.name, float(v))
             elif not isinstance(v, kind):
                 try:
                     object.__setattr__(self, f.name, kind(v))

@@ -82,6 +82,10 @@ def special_pair(owner: str, values) -> tuple[float, float]:
     """Two special magnitudes as floats, each checked (RaZeR, RaZeR-G128)."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{owner}: special_values must be two numbers, got {values!r}")
+    if isinstance(values, (set, frozenset, dict)):  # unordered: A and B could swap
+        raise TypeError(f"{owner}: special_values must be an ordered pair (a list or tuple: "
+                        f"the first is A, the second B), got a {type(values).__name__} "
+                        f"{values!r}")
     values = tuple(values)
     if len(values) != 2:
         raise ValueError(f"{owner} needs exactly two special magnitudes, got {values!r}")
@@ -254,6 +258,17 @@ class _TwoLevelFP4(BlockFormat):
     def _candidates(self) -> tuple[float, ...]:
         """Signed special values to try per block, in tie-break order (empty: none)."""
         return ()
+
+    def saturation_limit(self) -> float | None:
+        """The largest magnitude held without saturation: with ``tensor_scale=False``
+        (``T = 1``) the largest block scale times FP4's 6 (2688 for E4M3 scales), beyond
+        which :meth:`quantize` saturates to it, as torchao's ``NVFP4Tensor.to_nvfp4``
+        without a per-tensor scale does (the peers' vectors are reproduced bit for bit);
+        ``None`` with a tensor scale, which maps every block into range. ``mactile
+        quantize`` refuses inputs beyond it."""
+        if self._conv.tensor_scale:
+            return None
+        return float(self.scale_format.max_value) * 6.0
 
     def input_range(self):
         return (_FP32_OVERFLOW, f"{self.name} takes |x| <= {float(np.finfo(_F32).max):.8g}: "

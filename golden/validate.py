@@ -69,6 +69,9 @@ def reals(owner: str, name: str, value, *, count: int | None = None) -> tuple[fl
     """A sequence of real numbers (not a string) as a tuple of floats, of ``count`` items."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise TypeError(f"{_who(owner)}{name} must be a sequence of numbers, got {_show(value)}")
+    if isinstance(value, (set, frozenset, dict)):  # unordered: which value is which is lost
+        raise TypeError(f"{_who(owner)}{name} must be an ordered sequence (a list or tuple), "
+                        f"got a {type(value).__name__}: {_show(value)}")
     items = tuple(value)
     if count is not None and len(items) != count:
         raise ValueError(f"{_who(owner)}{name} needs exactly {count} values, got {len(items)}: "

@@ -72,6 +72,7 @@ class Design:
                              f"known: {sorted(self.params)}")
         for key, value in overrides.items():
             _check_kind(self.name, key, self.params[key], value)
+            _check_size(self.name, key, value)
         return {**self.params, **overrides}
 
     def build(self, **overrides):
@@ -98,6 +99,27 @@ def _check_kind(design: str, key: str, default, value) -> None:
     if not ok:
         raise TypeError(f"{design}: parameter {key} must be {kind} like its default "
                         f"{default!r}, got {value!r}")
+
+
+#: The largest value of an integer design parameter that the generators, simulators and
+#: synthesis flow are sized for (a tensor core of 64 x 64 units already takes days of
+#: Yosys); larger ones are refused at once, with the limit, rather than hanging the
+#: generator for minutes. Parameters not listed here get :data:`DEFAULT_SIZE_LIMIT`.
+SIZE_LIMITS = {"lanes": 1024, "rows": 64, "cols": 64, "block_size": 1024, "terms": 1 << 24,
+               "k_per_cycle": 64, "dialects_per_cycle": 64, "frac_bits": 64,
+               "err_frac_bits": 64, "acc_int_bits": 256, "acc_frac_bits": 256,
+               "acc_guard_bits": 256}
+DEFAULT_SIZE_LIMIT = 1 << 16
+
+
+def _check_size(design: str, key: str, value) -> None:
+    """ValueError if an integer parameter exceeds its :data:`SIZE_LIMITS` bound."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return
+    limit = SIZE_LIMITS.get(key, DEFAULT_SIZE_LIMIT)
+    if value > limit:
+        raise ValueError(f"{design}: parameter {key} must be at most {limit} (the largest "
+                         f"the generators and tools are sized for), got {value}")
 
 
 #: Every design by name. Each RTL module adds its rows here.

@@ -23,6 +23,7 @@ Debian's OpenSTA read no gzip), named by the content hash of the compressed file
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import gzip
@@ -30,6 +31,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,8 +177,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+#: Largest liberty file read, plain or once decompressed (the largest shipped, sky130 hd,
+#: is 12.8 MB): a device, a runaway file or a gzip bomb is refused, not read to the end.
+MAX_LIBERTY_BYTES = 256 << 20
+
+
 def _decompressed(src: Path) -> Path:
-    """The uncompressed copy of a gzipped liberty file, made once in the cache."""
+    """The uncompressed copy of a gzipped liberty file, made once in the cache (refused,
+    and nothing left in the cache, when it exceeds :data:`MAX_LIBERTY_BYTES`)."""
     key = _sha256(src)[:16]
     name = src.name[:-3] if src.name.endswith(".gz") else src.name + ".lib"
     out = cache_dir() / "liberty" / f"{key}-{name}"
@@ -186,10 +194,25 @@ def _decompressed(src: Path) -> Path:
         # Atomic (parallel jobs may race to decompress; the last rename wins, all equal).
         with atomic_outputs(out, make_parents=True) as (tmp,):
             with open(tmp, "wb") as dst, gzip.open(src, "rb") as fh:
-                shutil.copyfileobj(fh, dst, 1 << 20)
+                total = 0
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    total += len(chunk)
+                    if total > MAX_LIBERTY_BYTES:
+                        raise _TooLarge()
+                    dst.write(chunk)
+    except _TooLarge:
+        with contextlib.suppress(OSError):  # the folder this made, unless shared
+            out.parent.rmdir()
+        raise LibraryError(f"liberty file {str(src)!r} decompresses to more than "
+                           f"{MAX_LIBERTY_BYTES >> 20} MiB (limit MAX_LIBERTY_BYTES); not a "
+                           f"cell library this flow reads") from None
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise LibraryError(f"cannot decompress liberty file {str(src)!r}: {e}") from None
     return out
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def _is_gzip(path: Path) -> bool:
@@ -211,6 +234,16 @@ def load_library(path: str | os.PathLike, *, name: str | None = None,
         raise LibraryError(f"liberty file {str(src)!r} does not exist")
     if src.is_dir():
         raise LibraryError(f"liberty path {str(src)!r} is a directory, not a liberty file")
+    try:
+        st = src.stat()
+    except OSError as e:
+        raise LibraryError(f"cannot read liberty file {str(src)!r}: {e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise LibraryError(f"liberty path {str(src)!r} is not a regular file (a device, FIFO "
+                           f"or socket); give a .lib or .lib.gz file")
+    if st.st_size > MAX_LIBERTY_BYTES:
+        raise LibraryError(f"liberty file {str(src)!r} is {st.st_size >> 20} MiB, more than "
+                           f"{MAX_LIBERTY_BYTES >> 20} MiB (limit MAX_LIBERTY_BYTES)")
     try:
         plain = _decompressed(src) if _is_gzip(src) else src
         data = plain.read_bytes()

@@ -282,9 +282,13 @@ def format_markdown(results: list[SynthResult], *, title: str = "Area and power"
                  "Area from Yosys `stat -liberty` (um^2), power from OpenSTA `report_power` "
                  "(mW), slack = worst setup slack at the clock. Every netlist is proven "
                  "equivalent to its RTL before it gets a number.")
-    methods = sorted({r.activity_method for r in results})
-    lines.append("")
-    lines.append("Activity: " + "; ".join(methods) + ".")
+    # One line per activity method, naming its designs: a design's clause is findable
+    # (one joined paragraph of every method ran to thousands of characters).
+    by_method: dict[str, list[str]] = {}
+    for r in results:
+        by_method.setdefault(r.activity_method or "not measured", []).append(r.design)
+    lines += ["", "Activity (how each design's switching activity for power was obtained):", ""]
+    lines += [f"- {', '.join(dict.fromkeys(ds))}: {m}" for m, ds in sorted(by_method.items())]
     for group, rs in _groups(results).items():
         lines += ["", f"## {group}", "",
                   "| design | area (um^2) | cells | slack (ns) | timing | internal (mW) | "

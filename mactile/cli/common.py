@@ -147,5 +147,25 @@ def positive_float(what: str, *, upper: float | None = None):
     return parse
 
 
+#: Upper bounds of the tools' options: a clock period of 1 ms and a limit of 7 days on a
+#: tool run (past them a value is a typo, and 1e308 s overflows the subprocess timer).
+MAX_CLOCK_NS = 1e6
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def int_in(minimum: int, maximum: int, what: str):
+    """An argparse type: an integer in ``[minimum, maximum]`` (the limit in the message)."""
+    low = int_at_least(minimum, what)
+
+    def parse(text: str) -> int:
+        import argparse
+
+        v = low(text)
+        if v > maximum:
+            raise argparse.ArgumentTypeError(f"expected a {what} of at most {maximum}, got {v}")
+        return v
+    return parse
+
+
 positive_int = int_at_least(1, "positive integer")
 seed_int = int_at_least(0, "non-negative integer")

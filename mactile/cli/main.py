@@ -8,6 +8,7 @@ Errors: whatever layer raises, the user sees ``mactile: error: ...`` naming the 
 value, never a traceback. Exit status 2 for bad input, options or paths (and argparse's
 usage errors), 1 for a run whose result is a failure (:class:`~.common.FailedRun`, a tool
 that failed), 130 on Ctrl-C and 143 on SIGTERM (both clean up what they started).
+``mactile sweep`` adds 3: it finished and wrote its report, but some jobs have no figures.
 ``mactile --debug`` or ``MACTILE_DEBUG=1`` shows the traceback instead.
 """
 from __future__ import annotations

@@ -86,6 +86,14 @@ def run(args) -> int:
     if x.size == 0:
         raise CliError(f"{args.input}: the array holds no elements (shape {x.shape}); "
                        f"nothing to quantize")
+    limit = getattr(fmt, "saturation_limit", lambda: None)()
+    if limit is not None and x.dtype.kind == "f" and np.isfinite(x).all():
+        over = int(np.count_nonzero(np.abs(x) > limit))
+        if over:
+            raise CliError(f"{args.input}: {fmt.name} without a tensor scale (--tensor-scale "
+                           f"off) takes |x| <= {limit:g} (the largest block scale x FP4's 6); "
+                           f"{over} value(s) are larger and would saturate; use --tensor-scale "
+                           f"on, or scale the input")
     try:
         q = fmt.quantize(x)
     except InputError as e:

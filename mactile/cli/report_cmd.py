@@ -5,7 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-from mactile.cli.common import CliError, check_output_dir, positive_float, positive_int
+from mactile.cli.common import (MAX_CLOCK_NS, CliError, check_output_dir, positive_float,
+                                positive_int)
 from mactile.cli.synth_cmd import add_flow_args, flow_setup
 
 
@@ -18,7 +19,8 @@ def register(sub) -> None:
                     "papers' tables on their libraries and clocks instead and write the "
                     "paper view (paper.md, paper.json) beside one report per library.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--clock-ns", type=positive_float("a clock period in ns"), default=None,
+    p.add_argument("--clock-ns", type=positive_float("a clock period in ns", upper=MAX_CLOCK_NS),
+                   default=None,
                    metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--designs", nargs="+", metavar="NAME",
@@ -157,6 +159,14 @@ def _run_paper(args, out: Path, jobs: int) -> int:
         files = write_report(rs, sub, plots=not args.no_plots and _have_matplotlib())
         _summary(rs, files)
         results += rs
+    if not results:  # every table's library is missing: nothing to compare
+        raise CliError(f"--paper measured nothing: no library of the papers' tables is "
+                       f"available ({', '.join(sorted(skipped))} not found); set "
+                       f"MACTILE_PDK_DIR to the folder holding them (README: where the "
+                       f"liberty files come from); nothing written")
+    if skipped:
+        print(f"mactile: note: not measured: the tables on {', '.join(sorted(skipped))} "
+              f"(library not found); their rows say 'not run'", file=sys.stderr)
     comparisons = compare(tables, results, skipped_pdks=skipped)
     files = write_paper_view(comparisons, out, cross_format(specs, results))
     for f in files.values():

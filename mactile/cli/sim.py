@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from mactile.cli.common import (CliError, FailedRun, atomic_write, check_output_dir,
-                                check_output_file, positive_int, seed_int)
+                                check_output_file, int_in, positive_int, seed_int)
 from mactile.cli.design_args import add_design_args, resolve_design
 
 
@@ -32,7 +32,7 @@ def register(sub) -> None:
                    help="record switching activity for the power flow (one lane)")
     # Not --lanes: that flag name is the decoders' design parameter (generate and sim
     # read design parameters as flags), so the simulator's copies have their own name.
-    p.add_argument("--instances", type=positive_int, metavar="N",
+    p.add_argument("--instances", type=int_in(1, 1024, "positive integer"), metavar="N",
                    help="design instances simulated side by side, each with its own "
                         "stimulus (simulator default)")
     p.add_argument("--depth", type=positive_int, metavar="N",

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mactile.cli.common import (CliError, FailedRun, atomic_outputs, check_output_dir,
-                                positive_float)
+                                MAX_CLOCK_NS, MAX_TIMEOUT_S, positive_float)
 
 
 def add_flow_args(p) -> None:
@@ -35,7 +35,8 @@ def add_flow_args(p) -> None:
     p.add_argument("--reuse", type=int, default=0, metavar="N",
                    help="with a workload: cycles per activation block at the quantizers "
                         "(0: the layer's output width)")
-    p.add_argument("--timeout", type=positive_float("a number of seconds"), default=None,
+    p.add_argument("--timeout", type=positive_float("a number of seconds", upper=MAX_TIMEOUT_S),
+                   default=None,
                    metavar="S",
                    help="limit in seconds on each tool run, the equivalence proof included "
                         "(default 1800); a proof that does not finish is a failed check")
@@ -82,17 +83,23 @@ def register(sub) -> None:
         description="Synthesize one design with Yosys on a standard-cell library, prove the "
                     "netlist equivalent to its RTL, and report area, worst slack and power "
                     "(OpenSTA) at the clock.")
-    p.add_argument("design", metavar="DESIGN", help="design name (see `mactile list designs`)")
-    p.add_argument("--clock-ns", type=positive_float("a clock period in ns"), default=None,
+    # The design, --config, --show-params and every design parameter as a flag: the
+    # arguments generate and sim take (mactile.cli.design_args).
+    from mactile.cli.design_args import add_design_args
+
+    add_design_args(p)
+    p.add_argument("--clock-ns", type=positive_float("a clock period in ns", upper=MAX_CLOCK_NS),
+                   default=None,
                    metavar="T",
                    help="clock period in ns (default 10)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a design parameter (repeatable)")
+                   help="override a design parameter (repeatable); every design parameter "
+                        "is also a flag, as for generate and sim: --terms 32")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="also copy the netlist, logs and result.json into DIR")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     add_flow_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, design_param_flags=True)
 
 
 def run(args) -> int:
@@ -107,11 +114,23 @@ def run(args) -> int:
         raise CliError(str(e)) from None
     # Cheap checks first: the output folder and the parameters, then the library.
     out = check_output_dir(args.output) if args.output else None
-    params = dict(_param(t) for t in args.param)
+    # Precedence as for generate and sim: defaults, --config, then --param and the
+    # parameter flags (--terms 32).
+    from mactile.cli.design_args import load_config, parse_param_flags
+
+    params = load_config(args.config) if args.config else {}
+    params.update(dict(_param(t) for t in args.param))
+    params.update(parse_param_flags(design, getattr(args, "extra", [])))
     try:
-        design.resolve(**params)
+        resolved = design.resolve(**params)
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
+    if args.show_params:
+        import yaml
+
+        print(yaml.safe_dump({"design": design.name, "params": resolved}, sort_keys=False),
+              end="")
+        return 0
     lib, opts = flow_setup(args, args.clock_ns if args.clock_ns is not None else DEFAULT_CLOCK_NS)
     try:
         component = design.build(**params)

@@ -46,14 +46,36 @@ def pareto_front(points: list[tuple[float, float]], *, maximize_y: bool = False)
     return front
 
 
+#: Longest slug of a family in a file name (the rest replaced by a hash: names stay
+#: under every file system's 255-byte limit).
+_SLUG_MAX = 80
+
+
 def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "family"
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "family"
+    if len(s) > _SLUG_MAX:
+        import hashlib
+
+        s = s[:_SLUG_MAX - 9] + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return s
 
 
 def report_files(out_dir: Path, families: list[str]) -> dict[str, Path]:
+    """The report's paths: ``sweep.csv``, ``sweep.md`` and one plot per family.
+
+    Two families whose names give the same slug (``a b`` and ``a-b``) get distinct files
+    (``pareto-a-b.png``, ``pareto-a-b-2.png``, in the order given): the report of any set
+    of family names can be written."""
     files = {"csv": out_dir / "sweep.csv", "md": out_dir / "sweep.md"}
+    used: set[str] = set()
     for f in families:
-        files[f"png:{f}"] = out_dir / f"pareto-{_slug(f)}.png"
+        base = _slug(f)
+        slug, n = base, 1
+        while slug.lower() in used:  # case-insensitive file systems too
+            n += 1
+            slug = f"{base}-{n}"
+        used.add(slug.lower())
+        files[f"png:{f}"] = out_dir / f"pareto-{slug}.png"
     return files
 
 
@@ -206,9 +228,12 @@ def plot_family(fam: str, rs: list[dict], papers: list[dict], path: Path) -> Non
     ok = [r for r in rs if r["status"] == "ok"]
     pdks = sorted({r["pdk"] for r in rs})
     designs = sorted({r["design"] for r in rs})
-    colors = dict(zip(designs, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
-    markers = dict(zip(pdks, "osD^v<>ph" * 4))
-    styles = dict(zip(pdks, ["-", "--", ":", "-."] * 4))
+    # Colours, markers and line styles repeat beyond their palettes (any number of designs
+    # and libraries can be drawn; the legend and the table tell repeated colours apart).
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {d: palette[i % len(palette)] for i, d in enumerate(designs)}
+    markers = {p: "osD^v<>ph"[i % 9] for i, p in enumerate(pdks)}
+    styles = {p: ["-", "--", ":", "-."][i % 4] for i, p in enumerate(pdks)}
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
     ax_e, ax_f = axes
     op = ok[0]["op"] if ok else "op"

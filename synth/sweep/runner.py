@@ -140,34 +140,43 @@ def run_sweep(spec: Spec, out_dir: str | Path, *, cluster=None, workers: int | N
     """
     from mactile.golden.fileio import make_output_dir
 
-    out = make_output_dir(out_dir)
     t0 = time.perf_counter()
-    with ResultStore(out / DB_NAME) as store:
-        done = store.done(retry_failed=retry_failed)
-        todo = [j.to_dict() for j in spec.jobs if j.job_id not in done]
-        skipped = len(spec.jobs) - len(todo)
-        store.begin_sweep(spec.name, spec.text, len(spec.jobs))
-        # Nothing to run (a rerun): no pool started, no scheduler contacted.
-        ex = (executor or make_executor(cluster or spec.cluster, workers or spec.workers)
-              if todo else _Nothing())
+    db = Path(out_dir) / DB_NAME
+    done: set[str] = set()
+    if db.exists() or db.is_symlink():
+        with ResultStore(db, create=False) as store:
+            done = store.done(retry_failed=retry_failed)
+    todo = [j.to_dict() for j in spec.jobs if j.job_id not in done]
+    skipped = len(spec.jobs) - len(todo)
+    # The executor first: a scheduler that cannot be reached leaves nothing behind (no
+    # output folder, no empty database). Nothing to run (a rerun): no pool started, no
+    # scheduler contacted.
+    ex = (executor or make_executor(cluster or spec.cluster, workers or spec.workers)
+          if todo else _Nothing())
+    try:
         where = ex.describe() if todo else "nothing to run"
-        if progress and todo:
-            (stream or sys.stderr).write(
-                f"sweep {spec.name}: {len(spec.jobs)} jobs, {skipped} already recorded, "
-                f"{len(todo)} to run on {where}\n")
-        bar = Progress(len(todo), skipped, ex.slots if todo else 1, stream=stream,
-                       enabled=progress and bool(todo))
-        labels = {j.job_id: j.label() for j in spec.jobs}
-        failed = 0
-        try:
-            for job, outcome in ex.run(job_fn, todo):
-                rec = outcome if isinstance(outcome, dict) else _failure_record(job, outcome)
-                store.add(job, rec)
-                failed += rec["status"] != "ok"
-                bar.update(rec, labels.get(job["job_id"], job["design"]))
-        finally:
-            bar.close()
-            if executor is None and hasattr(ex, "close"):
-                ex.close()
+        out = make_output_dir(out_dir)
+        with ResultStore(out / DB_NAME) as store:
+            store.begin_sweep(spec.name, spec.text, len(spec.jobs))
+            if progress and todo:
+                (stream or sys.stderr).write(
+                    f"sweep {spec.name}: {len(spec.jobs)} jobs, {skipped} already recorded, "
+                    f"{len(todo)} to run on {where}\n")
+            bar = Progress(len(todo), skipped, ex.slots if todo else 1, stream=stream,
+                           enabled=progress and bool(todo))
+            labels = {j.job_id: j.label() for j in spec.jobs}
+            failed = 0
+            try:
+                for job, outcome in ex.run(job_fn, todo):
+                    rec = (outcome if isinstance(outcome, dict)
+                           else _failure_record(job, outcome))
+                    store.add(job, rec)
+                    failed += rec["status"] != "ok"
+                    bar.update(rec, labels.get(job["job_id"], job["design"]))
+            finally:
+                bar.close()
+    finally:
+        if executor is None and hasattr(ex, "close"):
+            ex.close()
     return SweepSummary(total=len(spec.jobs), skipped=skipped, ran=bar.done, failed=failed,
                         elapsed_s=time.perf_counter() - t0, executor=where, db=out / DB_NAME)

@@ -39,15 +39,17 @@ the RTL text, the liberty's contents, the scripts and the tool versions.
 from __future__ import annotations
 
 import hashlib
-import itertools
+import importlib
 import json
 import math
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = ["SpecError", "Measure", "Job", "Spec", "load_spec", "parse_spec", "ops_per_cycle",
+           "preflight", "read_yaml",
            "WORKLOADS"]
 
 #: Activity methods a spec may name as its workload (see :mod:`mactile.synth.activity`;
@@ -61,6 +63,28 @@ _TOP_KEYS = {"name", "description", "libraries", "clocks_ns", "measure", "search
 _DESIGN_KEYS = {"design", "builder", "name", "family", "params", "grid", "libraries",
                 "clocks_ns", "ops_per_cycle", "op"}
 _MEASURE_KEYS = {"workload", "cycles", "seed", "equivalence", "timeout_s", "global_activity"}
+
+#: Bounds that keep a spec's expansion and its jobs finite (each named in its message).
+#: A spec file is read whole: larger ones are refused before parsing.
+MAX_SPEC_BYTES = 1 << 20
+#: YAML aliases (``*name``) a spec may use: each may stand for a whole tree, so a few
+#: kilobytes of nested aliases ("billion laughs") would otherwise expand to gigabytes.
+MAX_ALIASES = 1000
+#: Values of the spec counted as if every alias were a copy (what expanding it costs).
+MAX_SPEC_NODES = 100_000
+#: Nesting depth of the spec's mappings and lists.
+MAX_DEPTH = 64
+#: Jobs a grid may expand to, and that a random search may draw (its budget).
+MAX_JOBS = 100_000
+#: Configurations a random search may draw from (the product is never built).
+MAX_POINTS = 10 ** 15
+#: Clock periods (ns), the limit on each tool run (s, 7 days) and stimulus cycles.
+MAX_CLOCK_NS = 1e6
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_CYCLES = 10 ** 7
+
+# YAML 1.2's floats (PyYAML reads YAML 1.1, where `1e1` and `1.5e3` are strings).
+_FLOAT_12 = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
 
 class SpecError(ValueError):
@@ -189,24 +213,88 @@ def load_spec(path: str | Path, *, search: dict | None = None) -> Spec:
     """Read and check a spec file (:class:`SpecError` names the file and entry).
 
     ``search`` replaces the spec's ``search:`` (``mactile sweep --random N``)."""
-    import yaml
-
     p = Path(path)
     if not p.exists():
         raise SpecError(f"sweep spec {str(p)!r} does not exist")
     if not p.is_file():
         raise SpecError(f"sweep spec {str(p)!r} is not a file")
+    if p.stat().st_size > MAX_SPEC_BYTES:
+        raise SpecError(f"sweep spec {str(p)!r} is {p.stat().st_size} bytes; a spec may have "
+                        f"at most {MAX_SPEC_BYTES} (limit MAX_SPEC_BYTES)")
     try:
         text = p.read_text()
     except UnicodeDecodeError:
         raise SpecError(f"sweep spec {str(p)!r} is not a text (YAML) file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(f"cannot parse {str(p)!r} as YAML: {e}") from None
+    data = read_yaml(text, str(p))
     if search is not None and isinstance(data, dict):
         data = {**data, "search": search}
     return parse_spec(data, source=str(p), text=text)
+
+
+def read_yaml(text: str, source: str = "<spec>"):
+    """Parse YAML text with bounded expansion and YAML 1.2 floats.
+
+    Refuses (:class:`SpecError`) more than :data:`MAX_ALIASES` aliases, a document that
+    would hold more than :data:`MAX_SPEC_NODES` values were every alias a copy, nesting
+    deeper than :data:`MAX_DEPTH`, and a recursive alias; reads ``1e1`` and ``1.5e-3`` as
+    numbers (YAML 1.2), where PyYAML's YAML 1.1 reads them as strings.
+    """
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                Loader.aliases += 1
+                if Loader.aliases > MAX_ALIASES:
+                    raise SpecError(f"{source}: more than {MAX_ALIASES} YAML aliases (*name); "
+                                    f"a spec this large is refused (limit MAX_ALIASES)")
+            return super().compose_node(parent, index)
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+    try:
+        data = yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise SpecError(f"cannot parse {source!r} as YAML: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: nested too deeply to read (limit {MAX_DEPTH} levels)"
+                        ) from None
+    _count_nodes(data, source)
+    return data
+
+
+def _count_nodes(data, source: str) -> int:
+    """Values of ``data`` counting every shared (aliased) subtree as often as it is used;
+    refuses beyond the limits without expanding anything (each subtree is sized once)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(obj, depth: int) -> int:
+        if not isinstance(obj, (dict, list)):
+            return 1
+        key = id(obj)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise SpecError(f"{source}: a YAML alias refers to itself (a recursive "
+                            f"structure); a spec must be a tree")
+        if depth > MAX_DEPTH:
+            raise SpecError(f"{source}: nested deeper than {MAX_DEPTH} levels (limit "
+                            f"MAX_DEPTH)")
+        active.add(key)
+        items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+        n = 1
+        for v in items:
+            n += size(v, depth + 1)
+            if n > MAX_SPEC_NODES:
+                raise SpecError(f"{source}: the spec expands to more than {MAX_SPEC_NODES} "
+                                f"values once its aliases are copied (limit MAX_SPEC_NODES)")
+        active.discard(key)
+        sizes[key] = n
+        return n
+
+    return size(data, 0)
 
 
 def _err(source: str, where: str, msg: str) -> SpecError:
@@ -250,19 +338,21 @@ def _measure(source: str, raw) -> Measure:
     if "workload" in m and m["workload"] not in WORKLOADS:
         raise _err(source, "measure.workload", f"must be one of {', '.join(WORKLOADS)}, got "
                    f"{m['workload']!r}")
-    for k, lo in (("cycles", 2), ("seed", 0)):
-        if k in m and (isinstance(m[k], bool) or not isinstance(m[k], int) or m[k] < lo):
-            raise _err(source, f"measure.{k}", f"must be an integer >= {lo}, got {m[k]!r}")
+    for k, lo, hi in (("cycles", 2, MAX_CYCLES), ("seed", 0, 2 ** 63 - 1)):
+        if k in m and (isinstance(m[k], bool) or not isinstance(m[k], int)
+                       or not lo <= m[k] <= hi):
+            raise _err(source, f"measure.{k}", f"must be an integer in [{lo}, {hi}], got "
+                       f"{m[k]!r}")
     if "equivalence" in m and not isinstance(m["equivalence"], bool):
         raise _err(source, "measure.equivalence", f"must be true or false, got "
                    f"{m['equivalence']!r}")
-    for k, lo, hi in (("timeout_s", 0.0, math.inf), ("global_activity", 0.0, 2.0)):
+    for k, lo, hi in (("timeout_s", 0.0, MAX_TIMEOUT_S), ("global_activity", 0.0, 2.0)):
         if k in m:
             v = m[k]
             if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                     or not (lo < v <= hi if k == "timeout_s" else lo <= v <= hi)):
                 raise _err(source, f"measure.{k}", f"must be a number in "
-                           f"{'(0, inf)' if k == 'timeout_s' else '[0, 2]'}, got {v!r}")
+                           f"{f'(0, {hi:g}]' if k == 'timeout_s' else '[0, 2]'}, got {v!r}")
             m[k] = float(v)
     return Measure(**m)
 
@@ -271,6 +361,9 @@ def _positive_clock(source, where):
     def check(v):
         if not (math.isfinite(v) and v > 0):
             raise _err(source, where, f"clock periods must be positive ns, got {v!r}")
+        if v > MAX_CLOCK_NS:
+            raise _err(source, where, f"clock periods must be at most {MAX_CLOCK_NS:g} ns "
+                       f"(1 ms), got {v!r}")
     return check
 
 
@@ -304,6 +397,13 @@ def parse_spec(data: Any, *, source: str = "<spec>", text: str = "") -> Spec:
     if cluster is not None and (not isinstance(cluster, str) or "://" not in cluster):
         raise _err(source, "cluster", f"must be a scheduler address like tcp://HOST:8786, "
                    f"got {cluster!r}")
+    if cluster is not None:
+        from .executor import check_cluster_address
+
+        try:
+            check_cluster_address(cluster)
+        except ValueError as e:
+            raise _err(source, "cluster", str(e).removeprefix("--cluster: ")) from None
     workers = data.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
@@ -312,28 +412,33 @@ def parse_spec(data: Any, *, source: str = "<spec>", text: str = "") -> Spec:
     if not isinstance(designs, list) or not designs:
         raise _err(source, "designs", "must be a non-empty list of designs to sweep")
 
-    points: list[list[Job]] = []
-    axes: dict[str, dict] = {}
-    for i, entry in enumerate(designs):
-        jobs, ax = _design_jobs(source, f"designs[{i}]", entry, libs, clocks, measure,
-                                check_pdk)
-        points.append(jobs)
-        axes[f"designs[{i}]"] = ax
-    every = [j for js in points for j in js]
+    entries = [_design_entry(source, f"designs[{i}]", entry, libs, clocks, measure, check_pdk)
+               for i, entry in enumerate(designs)]
+    axes = {e.where: e.axes for e in entries}
+    # The product is sized before anything is built: a grid runs every point (bounded by
+    # MAX_JOBS); a random search draws indices into it and builds only the drawn jobs.
+    total = sum(e.size for e in entries)
+    if search["method"] == "grid":
+        if total > MAX_JOBS:
+            raise _err(source, "designs", f"the grid expands to {total} jobs, more than "
+                       f"{MAX_JOBS} (limit MAX_JOBS); narrow it, or draw from it with "
+                       f"search: {{method: random, budget: N}} (--random N)")
+        picked = range(total)
+    else:
+        if total > MAX_POINTS:
+            raise _err(source, "designs", f"the spec spans {total} configurations, more "
+                       f"than a random search draws from ({MAX_POINTS:.0e}, limit MAX_POINTS)")
+        rng = random.Random(search["seed"])
+        picked = sorted(rng.sample(range(total), min(search["budget"], total)))
+    chosen = [_job_at(source, entries, i) for i in picked]
     ids = {}
-    for j in every:
+    for j in chosen:
         if j.job_id in ids:
             raise _err(source, "designs", f"the same configuration twice ({j.label()})")
         ids[j.job_id] = j
-    chosen = every
-    if search["method"] == "random":
-        rng = random.Random(search["seed"])
-        k = min(search["budget"], len(every))
-        picked = sorted(rng.sample(range(len(every)), k))
-        chosen = [every[i] for i in picked]
     return Spec(name=name, jobs=tuple(chosen), search=search, cluster=cluster, workers=workers,
                 description=str(data.get("description", "")), text=text, source=source,
-                total_points=len(every), axes=axes)
+                total_points=total, axes=axes)
 
 
 def _pdk_check(source, pdks):
@@ -369,13 +474,16 @@ def _search(source: str, raw) -> dict:
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise _err(source, "search.budget", f"random search needs a budget: an integer >= 1 "
                    f"(jobs to draw), got {budget!r}")
+    if budget > MAX_JOBS:
+        raise _err(source, "search.budget", f"a random search draws at most {MAX_JOBS} jobs "
+                   f"(limit MAX_JOBS), got {budget}")
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise _err(source, "search.seed", f"must be an integer, got {seed!r}")
     return {"method": "random", "budget": budget, "seed": seed}
 
 
-def _design_jobs(source, where, entry, libs, clocks, measure, check_pdk):
+def _design_entry(source, where, entry, libs, clocks, measure, check_pdk) -> "_Entry":
     if not isinstance(entry, dict):
         raise _err(source, where, f"must be a mapping with a `design:` name, got {entry!r}")
     unknown = set(entry) - _DESIGN_KEYS
@@ -383,6 +491,10 @@ def _design_jobs(source, where, entry, libs, clocks, measure, check_pdk):
         raise _err(source, where, f"unknown key(s) {sorted(unknown)}; known: "
                    f"{sorted(_DESIGN_KEYS)}")
     builder = entry.get("builder", "")
+    if "design" in entry and "builder" in entry:
+        raise _err(source, where, "has both `design:` (a registry design) and `builder:` (a "
+                   "generator of one's own); give one of them (a builder's entry names its "
+                   "design with `name:`)")
     name = entry.get("design") or entry.get("name")
     if not isinstance(name, str) or not name:
         raise _err(source, where, "needs `design: NAME` (a registry design) or `builder: "
@@ -436,28 +548,124 @@ def _design_jobs(source, where, entry, libs, clocks, measure, check_pdk):
     ops_override = entry.get("ops_per_cycle")
     if ops_override is not None and (isinstance(ops_override, bool)
                                      or not isinstance(ops_override, (int, float))
+                                     or not math.isfinite(ops_override)
                                      or not ops_override > 0):
-        raise _err(source, f"{where}.ops_per_cycle", f"must be a positive number, got "
+        raise _err(source, f"{where}.ops_per_cycle", f"must be a positive finite number, got "
                    f"{ops_override!r}")
     op_name = entry.get("op")
     if op_name is not None and not isinstance(op_name, str):
         raise _err(source, f"{where}.op", f"must be a string, got {op_name!r}")
 
-    jobs = []
+    # Each swept value checked alone (its kind, against the design's defaults): every
+    # point of a random draw need not be built for a wrong value to be found.
+    for k, vals in grid.items():
+        for v in vals:
+            try:
+                resolve({**fixed, k: v})
+            except (ValueError, TypeError) as e:
+                raise _err(source, where, str(e)) from None
     keys = list(grid)
-    for values in itertools.product(*(grid[k] for k in keys)):
-        over = {**fixed, **dict(zip(keys, values))}
+    return _Entry(where=where, name=name, family=family, builder=builder, fixed=fixed,
+                  keys=keys, values=[grid[k] for k in keys], libs=d_libs, clocks=d_clocks,
+                  measure=measure, resolve=resolve, ops_override=ops_override, op_name=op_name,
+                  axes={"grid": list(keys), "libraries": d_libs, "clocks_ns": d_clocks,
+                        "defaults": defaults})
+
+
+@dataclass
+class _Entry:
+    """One ``designs:`` entry, checked, not expanded: its jobs are built by index."""
+
+    where: str
+    name: str
+    family: str
+    builder: str
+    fixed: dict
+    keys: list
+    values: list
+    libs: list
+    clocks: list
+    measure: Measure
+    resolve: Any
+    ops_override: Any
+    op_name: Any
+    axes: dict
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(v) for v in self.values) * len(self.libs) * len(self.clocks)
+
+    def job(self, source: str, i: int) -> Job:
+        """The ``i``-th job in the order of ``itertools.product`` over the grid (last key
+        fastest), then libraries, then clocks."""
+        i, c = divmod(i, len(self.clocks))
+        i, p = divmod(i, len(self.libs))
+        point = []
+        for vals in reversed(self.values):
+            i, k = divmod(i, len(vals))
+            point.append(vals[k])
+        over = {**self.fixed, **dict(zip(self.keys, reversed(point)))}
         try:
-            params = resolve(over)
+            params = self.resolve(over)
         except (ValueError, TypeError) as e:
-            raise _err(source, where, str(e)) from None
-        ops, op = ops_per_cycle(name, params)
-        ops = float(ops_override) if ops_override is not None else ops
-        op = op_name or op
-        for pdk in d_libs:
-            for clk in d_clocks:
-                jobs.append(Job(design=name, family=family, params=params, pdk=pdk,
-                                clock_ns=clk, measure=measure, builder=builder,
-                                ops_per_cycle=ops, op=op, overrides=over))
-    return jobs, {"grid": list(keys), "libraries": d_libs, "clocks_ns": d_clocks,
-                  "defaults": defaults}
+            raise _err(source, self.where, str(e)) from None
+        ops, op = ops_per_cycle(self.name, params)
+        ops = float(self.ops_override) if self.ops_override is not None else ops
+        return Job(design=self.name, family=self.family, params=params, pdk=self.libs[p],
+                   clock_ns=self.clocks[c], measure=self.measure, builder=self.builder,
+                   ops_per_cycle=ops, op=self.op_name or op, overrides=over)
+
+
+def _job_at(source: str, entries: list, i: int) -> Job:
+    for e in entries:
+        if i < e.size:
+            return e.job(source, i)
+        i -= e.size
+    raise IndexError(i)
+
+
+def preflight(spec: Spec, *, libraries: bool = True) -> None:
+    """Refuse (:class:`SpecError`) what would make jobs fail before they start.
+
+    Every builder is imported, every distinct parameter set of the spec's jobs is given to
+    its builder (the validation ``mactile generate`` runs: a refused value such as
+    ``lanes: 0`` fails here, not in every job), and with ``libraries`` every library is
+    resolved (its liberty file found and read; a Dask cluster's workers resolve their own,
+    so ``mactile sweep --cluster`` passes False).
+    """
+    from mactile.rtl.registry import get_design
+
+    builders: dict[str, Any] = {}
+    checked: set[str] = set()
+    for j in spec.jobs:
+        ref = j.builder or get_design(j.design).builder
+        if ref not in builders:
+            module, _, attr = ref.partition(":")
+            try:
+                builders[ref] = getattr(importlib.import_module(module), attr)
+            except ImportError as e:
+                hint = (" (the project's designs need Amaranth: pip install 'mactile[synth]')"
+                        if not j.builder else "")
+                raise _err(spec.source, j.design, f"cannot import the builder {ref!r}: "
+                           f"{e}{hint}") from None
+            except AttributeError:
+                raise _err(spec.source, j.design, f"the builder {ref!r}: module {module!r} "
+                           f"has no {attr!r}") from None
+        key = json.dumps([ref, j.params], sort_keys=True, default=str)
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            builders[ref](**j.params)
+        except (ValueError, TypeError) as e:
+            raise _err(spec.source, f"{j.design} {_short(j.overrides)}",
+                       f"the builder refuses these parameters: {e}") from None
+    if libraries:
+        from mactile.synth.libraries import resolve_library
+
+        for pdk in sorted({j.pdk for j in spec.jobs}):
+            try:
+                resolve_library(pdk)
+            except (ValueError, OSError) as e:
+                raise _err(spec.source, "libraries", f"library {pdk!r} cannot be used here: "
+                           f"{e}") from None
