@@ -257,3 +257,21 @@ for _base in ("nvfp4-tc", "razer-tc"):
                "units keep block dots; one back end per row drains them") + ")",
             builder=_TC_OS, params=_p, reference=DESIGNS[_base + "-os"].reference,
             group=DESIGNS[_base].group, in_default_report=False)
+
+# ---- NestedFP Sec. 4.2: the dual-mode PE (one stored FP16 word, FP16 or FP8 datapath) and the
+# ---- plain FP16 and FP8 MACs it is measured against (FP32 RNE accumulation in all three) ----
+_NFP_REF = "NestedFP (004) Sec. 4.2, Fig. 4"
+_NFP_PE = "mactile.rtl.mac.nestedfp_pe:build_nestedfp_pe"
+DESIGNS["nestedfp-pe"] = Design(
+    "nestedfp-pe", "NestedFP dual-mode PE: two stored bytes -> FP16 x FP16 (rebuilt word) or "
+    "E4M3 x E4M3 (upper byte) on one 11x11 multiplier, FP32 RNE accumulator",
+    builder=_NFP_PE, params={"modes": "dual", "product_register": True},
+    reference=_NFP_REF, group="nestedfp-pe")
+DESIGNS["fp16-mac"] = Design(
+    "fp16-mac", "Plain FP16 x FP16 MAC, exact product, FP32 RNE accumulator (NestedFP baseline)",
+    builder=_NFP_PE, params={"modes": "fp16", "product_register": True},
+    reference=_NFP_REF + " (baseline)", group="nestedfp-pe")
+DESIGNS["fp8-mac"] = Design(
+    "fp8-mac", "Plain E4M3 x E4M3 MAC, exact product, FP32 RNE accumulator (NestedFP baseline)",
+    builder=_NFP_PE, params={"modes": "fp8", "product_register": True},
+    reference=_NFP_REF + " (baseline)", group="nestedfp-pe")

@@ -37,6 +37,8 @@ BENCHES: dict[str, str] = {
     "nvfp4-tc-os": f"{_FP4TC}:OuterCoreBench",
     "mxfp4-tc-os": f"{_FP4TC}:OuterCoreBench",
     "razer-tc-os": f"{_FP4TC}:OuterCoreBench",
+    **{name: "mactile.sim.benches.nestedfp_pe:NestedFpPeBench"
+       for name in ("nestedfp-pe", "fp16-mac", "fp8-mac")},
     **{f"{b}-os-4x4{d}": f"{_FP4TC}:OuterCoreBench" for b in ("nvfp4-tc", "razer-tc") for d in ("", "-row")},
 }
 
