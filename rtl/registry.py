@@ -275,3 +275,21 @@ DESIGNS["fp8-mac"] = Design(
     "fp8-mac", "Plain E4M3 x E4M3 MAC, exact product, FP32 RNE accumulator (NestedFP baseline)",
     builder=_NFP_PE, params={"modes": "fp8", "product_register": True},
     reference=_NFP_REF + " (baseline)", group="nestedfp-pe")
+
+# ---- FlexQ Sec. 4.2-4.3, Eq. 5: the INT6 group dot product on bit planes (binary AND +
+# ---- popcount arrays), against direct INT6 and INT8 multiplier arrays; FP16 group scales last ----
+_FLEXQ_REF = "FlexQ (003) Sec. 4.2-4.3, Eq. 5-6"
+_GDOT = "mactile.rtl.mac.intgroup_dot:build_intgroup_dot"
+DESIGNS["flexq-int6-dot"] = Design(
+    "flexq-int6-dot", "FlexQ INT6 group dot product on bit planes: 6x6 AND + popcount arrays "
+    "over 16 lanes, shifts of Eq. 5, groups of 128, FP16 group scales then one FP32 rounding",
+    builder=_GDOT, params={"bits": 6, "lanes": 16, "group_size": 128, "structure": "bitplane"},
+    reference=_FLEXQ_REF, group="flexq-int6")
+DESIGNS["int6-mult-dot"] = Design(
+    "int6-mult-dot", "INT6 group dot product on 16 direct 6x6 signed multipliers (FlexQ baseline)",
+    builder=_GDOT, params={"bits": 6, "lanes": 16, "group_size": 128, "structure": "multiplier"},
+    reference=_FLEXQ_REF + " (baseline)", group="flexq-int6")
+DESIGNS["int8-mult-dot"] = Design(
+    "int8-mult-dot", "INT8 group dot product on 16 direct 8x8 signed multipliers (FlexQ baseline)",
+    builder=_GDOT, params={"bits": 8, "lanes": 16, "group_size": 128, "structure": "multiplier"},
+    reference=_FLEXQ_REF + " (baseline)", group="flexq-int6")
