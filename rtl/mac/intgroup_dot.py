@@ -14,10 +14,29 @@ from amaranth.lib.wiring import In, Out
 from mactile.golden.elements import FP32
 from mactile.golden.intgroup_dot import GroupDotUnit as _Golden
 
-from ..fp4tc.fp32add import leading_zeros
 from ..fp4tc.lint import LINT_WAIVERS
 
-__all__ = ["IntGroupDot", "build_intgroup_dot", "tree_sum"]
+__all__ = ["IntGroupDot", "build_intgroup_dot", "tree_sum", "normalize"]
+
+
+def normalize(m: Module, x, *, name: str) -> tuple[Signal, Signal]:
+    """``(x << lz, lz)`` with ``lz`` the leading zeros of ``x`` (``x`` nonzero; for zero
+    the shift is the largest the stages make), in log2(len(x)) stages: each shifts left by
+    2**k when the top 2**k bits are zero. The depth is that of a barrel shifter, not of a
+    priority chain as long as ``x``."""
+    n = len(x)
+    cur, lz_bits = x, []
+    k = 1 << (max(n - 1, 1).bit_length() - 1)
+    stage = 0
+    while k >= 1:
+        zero = Signal(name=f"{name}_z{stage}")
+        nxt = Signal(n, name=f"{name}_n{stage}")
+        m.d.comb += [zero.eq(~cur[n - k:].any()), nxt.eq(Mux(zero, cur << k, cur))]
+        lz_bits.append(zero)
+        cur, k, stage = nxt, k >> 1, stage + 1
+    lz = Signal(len(lz_bits), name=f"{name}_lz")
+    m.d.comb += lz.eq(Cat(*reversed(lz_bits)))
+    return cur, lz
 
 
 def tree_sum(terms):
@@ -129,9 +148,7 @@ class IntGroupDot(wiring.Component):
         n = g.acc_bits + 22
         big = Signal(n, name="sc_big")
         m.d.comb += big.eq(mag * (sigs[0] * sigs[1]))
-        lz = leading_zeros(m, big, name="sc_lz")
-        norm = Signal(n, name="sc_norm")
-        m.d.comb += norm.eq(big << lz)
+        norm, lz = normalize(m, big, name="sc")
         keep = FP32.man_bits + 1
         lsb, guard = norm[n - keep], norm[n - keep - 1]
         sticky = norm[:n - keep - 1].any()
