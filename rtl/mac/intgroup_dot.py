@@ -54,8 +54,9 @@ class IntGroupDot(wiring.Component):
     """Group dot-product unit (FlexQ Eq. 5 bit planes, or a multiplier array).
 
     Each cycle: ``acc <= (clear ? 0 : acc) + (valid ? sum_i a_i w_i : 0)``; ``sa``, ``sw``
-    are registered with every valid beat; ``y = RNE_FP32(acc * s_a * s_w)`` (combinational
-    from the registers), so after a group's last beat ``acc`` is its integer dot and ``y``
+    are registered with every valid beat (as their significand product, exponent sum and
+    sign: formed once per group); ``y = RNE_FP32(acc * s_a * s_w)`` (combinational from the
+    registers), so after a group's last beat ``acc`` is its integer dot and ``y``
     its scaled result.
 
     Parameters
@@ -96,7 +97,7 @@ class IntGroupDot(wiring.Component):
 
     @property
     def waveform_signals(self) -> tuple[str, ...]:
-        return ("beat", "pop_*", "plane_*", "prod_*", "sa_q", "sw_q", "sc_*")
+        return ("beat", "pop_*", "plane_*", "prod_*", "sp_q", "se_q", "ss_q", "sc_*")
 
     # ------------------------------------------------------------------ beat
     def plane_sign(self, s: int, t: int) -> int:
@@ -131,23 +132,35 @@ class IntGroupDot(wiring.Component):
         return beat
 
     # ------------------------------------------------------------------ scale
-    def _scale(self, m, acc, sa, sw) -> Signal:
-        """``RNE_FP32(acc * s_a * s_w)``: exact product of |acc| and the two significands,
-        normalised by its leading zeros, rounded once (guard + sticky, ties to even)."""
-        g = self.golden
+    def _scale_product(self, m):
+        """The group's scale product, formed once per group: registered with every valid
+        beat (the scales are constant within a group). ``s_a * s_w = sp * 2**(se - 50)``
+        with ``sp`` the 22-bit product of the FP16 significands and ``se`` the sum of
+        ``max(E, 1)``; the sign is the XOR of the scales' signs."""
         sigs, exps = [], []
-        for name, x in (("a", sa), ("w", sw)):
+        for name, x in (("a", self.sa), ("w", self.sw)):
             e = x[10:15]
             sig = Signal(11, name=f"sc_sig_{name}")
             ex = Signal(5, name=f"sc_exp_{name}")
             m.d.comb += [sig.eq(Cat(x[:10], e.any())), ex.eq(Mux(e.any(), e, 1))]
             sigs.append(sig)
             exps.append(ex)
+        sp, se, ss = Signal(22, name="sp_q"), Signal(6, name="se_q"), Signal(name="ss_q")
+        with m.If(self.valid):
+            m.d.sync += [sp.eq(sigs[0] * sigs[1]), se.eq(exps[0] + exps[1]),
+                         ss.eq(self.sa[15] ^ self.sw[15])]
+        return sp, se, ss
+
+    def _scale(self, m, acc, sp, se, ss) -> Signal:
+        """``RNE_FP32(acc * s_a * s_w)``: exact product of |acc| and the scale product's
+        significand, normalised by its leading zeros, rounded once (guard + sticky, ties to
+        even)."""
+        g = self.golden
         mag = Signal(g.acc_bits, name="sc_mag")
         m.d.comb += mag.eq(Mux(acc < 0, -acc, acc))
-        n = g.acc_bits + 22
+        n = g.acc_bits + len(sp)
         big = Signal(n, name="sc_big")
-        m.d.comb += big.eq(mag * (sigs[0] * sigs[1]))
+        m.d.comb += big.eq(mag * sp)
         norm, lz = normalize(m, big, name="sc")
         keep = FP32.man_bits + 1
         lsb, guard = norm[n - keep], norm[n - keep - 1]
@@ -155,13 +168,12 @@ class IntGroupDot(wiring.Component):
         up = guard & (sticky | lsb)
         rounded = Signal(keep + 1, name="sc_rounded")
         m.d.comb += rounded.eq(norm[n - keep:] + up)
-        # value = big * 2**(Ea + Ew - 50); the normalised MSB has weight 2**(n - 1 - lz)
+        # value = big * 2**(se - 50); the normalised MSB has weight 2**(n - 1 - lz)
         efield = Signal(FP32.exp_bits, name="sc_exp")
-        m.d.comb += efield.eq(exps[0] + exps[1] + rounded[keep] - lz
-                              + (FP32.bias + n - 1 - 50))
+        m.d.comb += efield.eq(se + rounded[keep] - lz + (FP32.bias + n - 1 - 50))
         mant = Signal(FP32.man_bits, name="sc_mant")
         m.d.comb += mant.eq(Mux(rounded[keep], rounded[1:keep], rounded[:keep - 1]))
-        sign = sa[15] ^ sw[15] ^ (acc < 0)
+        sign = ss ^ (acc < 0)
         y = Signal(32, name="sc_y")
         m.d.comb += y.eq(Mux(big.any(), Cat(mant, efield, sign), Cat(Const(0, 31), sign)))
         return y
@@ -170,10 +182,7 @@ class IntGroupDot(wiring.Component):
         m = Module()
         beat = self._beat(m)
         m.d.sync += self.acc.eq(Mux(self.clear, 0, self.acc) + Mux(self.valid, beat, 0))
-        sa_q, sw_q = Signal(16, name="sa_q"), Signal(16, name="sw_q")
-        with m.If(self.valid):
-            m.d.sync += [sa_q.eq(self.sa), sw_q.eq(self.sw)]
-        m.d.comb += self.y.eq(self._scale(m, self.acc, sa_q, sw_q))
+        m.d.comb += self.y.eq(self._scale(m, self.acc, *self._scale_product(m)))
         return m
 
 
