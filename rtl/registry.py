@@ -279,3 +279,39 @@ for _base in ("nvfp4-tc", "razer-tc"):
                "units keep block dots; one back end per row drains them") + ")",
             builder=_TC_OS, params=_p, reference=DESIGNS[_base + "-os"].reference,
             group=DESIGNS[_base].group, in_default_report=False)
+
+# ---- NestedFP Sec. 4.2: the dual-mode PE (one stored FP16 word, FP16 or FP8 datapath) and the
+# ---- plain FP16 and FP8 MACs it is measured against (FP32 RNE accumulation in all three) ----
+_NFP_REF = "NestedFP (004) Sec. 4.2, Fig. 4"
+_NFP_PE = "mactile.rtl.mac.nestedfp_pe:build_nestedfp_pe"
+DESIGNS["nestedfp-pe"] = Design(
+    "nestedfp-pe", "NestedFP dual-mode PE: two stored bytes -> FP16 x FP16 (rebuilt word) or "
+    "E4M3 x E4M3 (upper byte) on one 11x11 multiplier, FP32 RNE accumulator",
+    builder=_NFP_PE, params={"modes": "dual", "product_register": True},
+    reference=_NFP_REF, group="nestedfp-pe")
+DESIGNS["fp16-mac"] = Design(
+    "fp16-mac", "Plain FP16 x FP16 MAC, exact product, FP32 RNE accumulator (NestedFP baseline)",
+    builder=_NFP_PE, params={"modes": "fp16", "product_register": True},
+    reference=_NFP_REF + " (baseline)", group="nestedfp-pe")
+DESIGNS["fp8-mac"] = Design(
+    "fp8-mac", "Plain E4M3 x E4M3 MAC, exact product, FP32 RNE accumulator (NestedFP baseline)",
+    builder=_NFP_PE, params={"modes": "fp8", "product_register": True},
+    reference=_NFP_REF + " (baseline)", group="nestedfp-pe")
+
+# ---- FlexQ Sec. 4.2-4.3, Eq. 5: the INT6 group dot product on bit planes (binary AND +
+# ---- popcount arrays), against direct INT6 and INT8 multiplier arrays; FP16 group scales last ----
+_FLEXQ_REF = "FlexQ (003) Sec. 4.2-4.3, Eq. 5-6"
+_GDOT = "mactile.rtl.mac.intgroup_dot:build_intgroup_dot"
+DESIGNS["flexq-int6-dot"] = Design(
+    "flexq-int6-dot", "FlexQ INT6 group dot product on bit planes: 6x6 AND + popcount arrays "
+    "over 16 lanes, shifts of Eq. 5, groups of 128, FP16 group scales then one FP32 rounding",
+    builder=_GDOT, params={"bits": 6, "lanes": 16, "group_size": 128, "structure": "bitplane"},
+    reference=_FLEXQ_REF, group="flexq-int6")
+DESIGNS["int6-mult-dot"] = Design(
+    "int6-mult-dot", "INT6 group dot product on 16 direct 6x6 signed multipliers (FlexQ baseline)",
+    builder=_GDOT, params={"bits": 6, "lanes": 16, "group_size": 128, "structure": "multiplier"},
+    reference=_FLEXQ_REF + " (baseline)", group="flexq-int6")
+DESIGNS["int8-mult-dot"] = Design(
+    "int8-mult-dot", "INT8 group dot product on 16 direct 8x8 signed multipliers (FlexQ baseline)",
+    builder=_GDOT, params={"bits": 8, "lanes": 16, "group_size": 128, "structure": "multiplier"},
+    reference=_FLEXQ_REF + " (baseline)", group="flexq-int6")

@@ -201,7 +201,7 @@ def format_paper_markdown(comparisons: list[dict], cross: list[dict] = ()) -> st
 
 def cross_format(specs: list[dict], results: list[SynthResult]) -> list[dict]:
     """Each comparison's designs on its library and clock: area, power, fmax and energy per
-    MAC (power x clock period / MACs per cycle, ``rows * cols`` of the design), and the
+    MAC (power x clock period / MACs per cycle, ``rows * cols * lanes`` of the design), and the
     ratios of area, power and energy per MAC over the baseline design."""
     out = []
     for c in specs:
@@ -214,7 +214,9 @@ def cross_format(specs: list[dict], results: list[SynthResult]) -> list[dict]:
             row = {"design": d, "area": None, "power": None, "fmax_mhz": None,
                    "energy_pj_per_mac": None, "macs_per_cycle": None, "status": "not built"}
             if r is not None and r.ok:
-                macs = int(r.params.get("rows", 1)) * int(r.params.get("cols", 1))
+                # MACs per cycle: a rows x cols array, times the lanes of a dot-product unit
+                macs = (int(r.params.get("rows", 1)) * int(r.params.get("cols", 1))
+                        * int(r.params.get("lanes", 1)))
                 power = r.power_mw["total"]
                 row.update(area=r.area_um2, power=power, macs_per_cycle=macs,
                            energy_pj_per_mac=power * r.clock_ns / macs,  # mW * ns = pJ

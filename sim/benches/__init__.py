@@ -37,6 +37,10 @@ BENCHES: dict[str, str] = {
     "nvfp4-tc-os": f"{_FP4TC}:OuterCoreBench",
     "mxfp4-tc-os": f"{_FP4TC}:OuterCoreBench",
     "razer-tc-os": f"{_FP4TC}:OuterCoreBench",
+    **{name: "mactile.sim.benches.nestedfp_pe:NestedFpPeBench"
+       for name in ("nestedfp-pe", "fp16-mac", "fp8-mac")},
+    **{name: "mactile.sim.benches.intgroup_dot:GroupDotBench"
+       for name in ("flexq-int6-dot", "int6-mult-dot", "int8-mult-dot")},
     **{f"{b}-os-4x4{d}": f"{_FP4TC}:OuterCoreBench" for b in ("nvfp4-tc", "razer-tc") for d in ("", "-row")},
 }
 
