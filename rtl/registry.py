@@ -158,6 +158,15 @@ DESIGNS["dialect-mse-selector-parallel"] = Design(
     reference="BlockDialect (001) Sec. 4.3, Table 7 (variant: fully parallel)",
     group="blockdialect-table7")
 
+# The same units with clock_gating on (the paper view's "clock gating on" variants).
+for _base in ("dialect-quantizer", "dialect-dequantizer", "dialect-mse-selector"):
+    _d = DESIGNS[_base]
+    DESIGNS[_base + "-cg"] = Design(
+        _base + "-cg", _d.summary + "; clock gating: registers load only with valid data "
+        "(integrated clock-gate cells)", builder=_d.builder,
+        params={**_d.params, "clock_gating": True}, reference=_d.reference + " (clock gated)",
+        group=_d.group, in_default_report=False)
+
 
 DESIGNS["dialect-chain"] = Design(
     "dialect-chain",

@@ -245,6 +245,8 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
     }
     if not opts.prove:  # only then, so that every existing cache entry keeps its key
         key["prove"] = False
+    if _gated(rtl):  # likewise: the same RTL with and without the ICGs
+        key["clockgate"] = clockgate_command(lib)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
