@@ -50,6 +50,34 @@ def test_gated_register_on_nangate45(tools, nangate45):
     assert plain.ok and "CLKGATE_X1" not in plain.cells_by_type
 
 
+def test_gated_clock_in_the_gate_level_simulation(tools, nangate45):
+    """valid one cycle in four: the gated clock's pins run at 2 x 1/4 transitions per
+    cycle, the held flip-flops change only then, the free-running ones do not care."""
+    import os
+    from pathlib import Path
+
+    import numpy as np
+
+    from mactile.synth.gatesim import simulate_netlist
+    from mactile.synth.libraries import clock_gate_cells
+
+    r = _run(nangate45)
+    work = Path(r.workdir)
+    rng = np.random.default_rng(1)
+    n = 400
+    stim = {"valid": (np.arange(n) % 4 == 0).astype(int).tolist(),
+            "d": rng.integers(0, 256, n).tolist()}
+    top = component_rtl(HeldRegister(), "t-held").top
+    t = simulate_netlist(work, "netlist.v", os.path.relpath(nangate45.path, work), top, stim,
+                         clock="clk", reset="rst", clock_gates=clock_gate_cells(nangate45))
+    assert len(t.gated_pins) == 1 + 8          # the ICG's output and 8 flip-flop clocks
+    assert all(t.pins[p] == pytest.approx(2 * 100 / n) for p in t.gated_pins)
+    # The held flip-flops' outputs change at most once per valid cycle.
+    outs = [p for p in t.pins for ck in t.gated_pins if not ck.endswith("/GCK")
+            and p.startswith(ck.rsplit("/", 1)[0] + "/") and p.rsplit("/", 1)[1] in ("Q", "QN")]
+    assert outs and all(0 < t.pins[q] <= 100 / (n - 1) for q in outs)
+
+
 def test_a_gate_that_always_enables_is_caught(tools, nangate45):
     """The ICG's enable tied high: the held register would load every cycle."""
     def always(text):
