@@ -143,9 +143,9 @@ def power_at_rates(e: PinEnergies, rates: dict, *, clock_rate_pins=frozenset()) 
     clock_rate_pins : set of str
         Pins OpenSTA printed at the clock's activity rather than the uniform one: those
         on a gated clock (OpenSTA propagates the clock through an integrated clock-gate
-        cell; measured on NanGate45's CLKGATE_X1, whose output and the flip-flop clock
-        pins it drives print 1 transition per ns at a 2 ns clock). Scaled by their rate
-        over :data:`CLOCK_ACTIVITY`.
+        cell; measured on NanGate45's CLKGATE_X1 and sky130's dlclkp_1, whose output and
+        the flip-flop clock pins it drives print the clock's 2 transitions per period).
+        Scaled by their rate over :data:`CLOCK_ACTIVITY`.
 
     Raises
     ------
