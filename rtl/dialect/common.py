@@ -14,7 +14,8 @@ from mactile.golden.dialect import FORMATBOOK, N_DIALECTS, pair_max_half_units
 
 from .logic import Cube, quantize_ranges, range_cubes, stage2_logic
 
-__all__ = ["Pipeline", "parse_registers", "check_clock_gating", "check_block_size", "wire", "named", "eq_const",
+__all__ = ["Pipeline", "parse_registers", "check_clock_gating", "check_block_size", "wire",
+           "named", "eq_const",
            "max_tree", "sum_tree", "popcount", "sop", "RangeLogic", "split_fp16", "align",
            "stage1_pair", "Stage2Logic", "RangeCheckQuantizer", "NamedSignals", "BACKEND_WAIVERS",
            "BLOCK_SIZES", "SE_BITS", "ID_BITS", "CODE_BITS", "FP16_BITS", "block_quantizer_ports",
