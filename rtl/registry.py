@@ -153,13 +153,13 @@ DESIGNS["dialect-quantizer"] = Design(
     "4-bit codes; pipelined, 1 block/cycle",
     builder="mactile.rtl.dialect.quantizer:DialectQuantizer",
     params={"block_size": 32, "count_tie": "even",
-            "registers": "exp_max,align,pair,count,quantize"},
+            "registers": "exp_max,align,pair,count,quantize", "clock_gating": False},
     reference="BlockDialect (001) Sec. 3.2-3.3, Fig. 5, Table 6", group="blockdialect-table6")
 DESIGNS["dialect-dequantizer"] = Design(
     "dialect-dequantizer",
     "DialectFP4 dequantizer: codes + dialect id -> 5-bit sign-magnitude integers, 1 cycle",
     builder="mactile.rtl.dialect.dequantizer:DialectDequantizer",
-    params={"block_size": 32, "registered": True},
+    params={"block_size": 32, "registered": True, "clock_gating": False},
     reference="BlockDialect (001) Sec. 3.3, Fig. 6, Table 6", group="blockdialect-table6")
 DESIGNS["dialect-mse-selector"] = Design(
     "dialect-mse-selector",
@@ -167,16 +167,27 @@ DESIGNS["dialect-mse-selector"] = Design(
     "8 per cycle on a held block (Table 7's comparison point; latency 8)",
     builder="mactile.rtl.dialect.mse:DialectMseSelector",
     params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6, "dialects_per_cycle": 8,
-            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
+            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize",
+            "clock_gating": False},
     reference="BlockDialect (001) Sec. 4.3, Table 7", group="blockdialect-table7")
 DESIGNS["dialect-mse-selector-parallel"] = Design(
     "dialect-mse-selector-parallel",
     "DialectFP4 MSE selector, all 16 dialects in parallel, a block every cycle (variant)",
     builder="mactile.rtl.dialect.mse:DialectMseSelector",
     params={"block_size": 32, "frac_bits": 6, "err_frac_bits": 6, "dialects_per_cycle": 16,
-            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize"},
+            "registers": "exp_max,align,error,square,sum_a,sum_b,argmin,quantize",
+            "clock_gating": False},
     reference="BlockDialect (001) Sec. 4.3, Table 7 (variant: fully parallel)",
     group="blockdialect-table7")
+
+# The same units with clock_gating on (the paper view's "clock gating on" variants).
+for _base in ("dialect-quantizer", "dialect-dequantizer", "dialect-mse-selector"):
+    _d = DESIGNS[_base]
+    DESIGNS[_base + "-cg"] = Design(
+        _base + "-cg", _d.summary + "; clock gating: registers load only with valid data "
+        "(integrated clock-gate cells)", builder=_d.builder,
+        params={**_d.params, "clock_gating": True}, reference=_d.reference + " (clock gated)",
+        group=_d.group, in_default_report=False)
 
 
 DESIGNS["dialect-chain"] = Design(

@@ -32,10 +32,11 @@ from pathlib import Path
 from mactile.golden.fileio import publish_dir, remove_stale_temps, temp_dir
 
 from .equivalence import check_equivalence
+from .clockgate import clockgate_command, model_clock_gates
 from .gatesim import simulate_netlist
 from .pinpower import parse_pin_energies, power_at_rates
 from .activity import ActivityOptions, PortActivity, measure_port_activity, stimulus_for
-from .libraries import Library, cache_dir, drive_constraint
+from .libraries import Library, cache_dir, clock_gate_cells, drive_constraint, flop_pins
 from .rtl import Rtl
 from .tools import SCRIPTS, StaTool, ToolError, find_sta, render_script, run_yosys, yosys_version
 
@@ -244,23 +245,40 @@ def _run_key(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: st
     }
     if not opts.prove:  # only then, so that every existing cache entry keeps its key
         key["prove"] = False
+    if _gated(rtl):  # likewise: the same RTL with and without the ICGs
+        key["clockgate"] = clockgate_command(lib)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _gated(rtl: Rtl) -> bool:
+    """Whether the design was built with its ``clock_gating`` option on."""
+    return rtl.params.get("clock_gating") is True
+
+
+#: The line of ``scripts/synth.ys`` that the clock-gating option fills.
+_CLOCKGATE_LINE = ("# Clock gating (designs built with clock_gating=true; empty otherwise): "
+                   "mactile.synth.clockgate.\n{{clockgate}}\n")
 
 
 def _synth_key(rtl: Rtl, lib: Library, opts: FlowOptions) -> str:
     """Everything the netlist depends on (not the equivalence check: see _equiv_key)."""
     drive = drive_constraint(lib)
+    # The clock-gating line renders empty without the option: the script is hashed
+    # without it, so netlists made before the option existed keep their keys.
     key = {
-        "flow": FLOW_VERSION, "scripts": [render_script_text("synth.ys")],
+        "flow": FLOW_VERSION,
+        "scripts": [render_script_text("synth.ys").replace(_CLOCKGATE_LINE, "")],
         "constr": drive.text() if drive else None,
         "rtl": rtl.sha256, "top": rtl.top, "liberty": lib.sha256, "dont_use": list(lib.dont_use),
         "clock_ns": float(opts.clock_ns), "timeout_s": opts.timeout_s,
         "yosys": yosys_version(),
     }
+    if _gated(rtl):
+        key["clockgate"] = clockgate_command(lib)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def _equiv_key(opts: FlowOptions) -> str:
+def _equiv_key(opts: FlowOptions, gated: bool = False) -> str:
     """Everything the equivalence verdict on a given netlist depends on besides the
     netlist: the scripts, the pairing code, the budgets and Yosys. A change here re-runs
     the check on the cached netlist, not synthesis."""
@@ -273,6 +291,9 @@ def _equiv_key(opts: FlowOptions) -> str:
         "equiv_budget": opts.equiv_rtl_budget_s, "equiv_max_cells": opts.equiv_rtl_max_cells,
         "timeout_s": opts.timeout_s, "yosys": yosys_version(),
     }
+    if gated:  # the proof then reads the netlist through the clock-gate model
+        key["clockgate_model"] = hashlib.sha256(
+            Path(__file__).with_name("clockgate.py").read_bytes()).hexdigest()
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -404,7 +425,8 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     # Synthesis and equivalence do not depend on the activity: a netlist already made for
     # this RTL, library and clock is reused (another activity method, a new OpenSTA), and
     # so is its equivalence verdict while the check itself is unchanged.
-    skey, ekey = _synth_key(rtl, lib, opts), _equiv_key(opts)
+    gated = _gated(rtl)
+    skey, ekey = _synth_key(rtl, lib, opts), _equiv_key(opts, gated)
     shared = cache_dir() / "netlists" / f"{rtl.top}-{lib.name}-{skey[:16]}"
     reuse = netlist_filter is None and (shared / "netlist.v").exists()
     equivalence = None
@@ -424,6 +446,7 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         if drive is not None:
             (work / "abc.constr").write_text(drive.text())
         run_yosys(render_script("synth.ys", rtl="rtl.v", top=rtl.top, liberty=liberty,
+                                clockgate=clockgate_command(lib) if gated else "",
                                 dont_use=dont_use, clock_ps=f"{opts.clock_ns * 1000:.0f}",
                                 constr="-constr abc.constr" if drive else "",
                                 stat_json="stat.json", netlist="netlist.v"),
@@ -450,8 +473,17 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
         t0 = time.perf_counter()
         rtl_budget = (opts.equiv_rtl_budget_s if ncells <= opts.equiv_rtl_max_cells
                       else 0.0)
-        equivalence = check_equivalence(work, "rtl.v", "netlist.v", rtl.top, liberty,
+        proved, n_icg = "netlist.v", 0
+        if gated:  # the ICGs as the enables they implement (mactile.synth.clockgate)
+            text, n_icg = model_clock_gates((work / "netlist.v").read_text(),
+                                            clock_gate_cells(lib), flop_pins(lib))
+            (work / "equiv_netlist_cg.v").write_text(text)
+            proved = "equiv_netlist_cg.v"
+        equivalence = check_equivalence(work, "rtl.v", proved, rtl.top, liberty,
                                         rtl_budget_s=rtl_budget, timeout_s=opts.timeout_s)
+        if n_icg:
+            equivalence += (f" [{n_icg} clock-gate cell(s) modelled as the enables they "
+                            "implement]")
         times["equiv"] = time.perf_counter() - t0
         if netlist_filter is None:
             (work / "equivalence.json").write_text(json.dumps(
@@ -469,7 +501,8 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     if method == "sim":
         t0 = time.perf_counter()
         toggles = simulate_netlist(work, "netlist.v", liberty, rtl.top, stimulus,
-                                   clock=rtl.clock, reset=rtl.reset, timeout=opts.timeout_s)
+                                   clock=rtl.clock, reset=rtl.reset, timeout=opts.timeout_s,
+                                   clock_gates=clock_gate_cells(lib) if gated else None)
         times["gatesim"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -496,7 +529,7 @@ def _run(rtl: Rtl, lib: Library, opts: FlowOptions, sta: StaTool, method: str,
     if sim:
         energies = parse_pin_energies(out, activity=PIN_ENERGY_ACTIVITY,
                                       clock_pins=toggles.clock_pins)
-        power = power_at_rates(energies, toggles.pins)
+        power = power_at_rates(energies, toggles.pins, clock_rate_pins=toggles.gated_pins)
         # The per-pin lines (tens of MB on the large designs) are not kept.
         (work / "sta.log").write_text(
             "".join(ln + "\n" for ln in out.splitlines() if not ln.startswith("power:"))

@@ -26,6 +26,11 @@ Conventions (named because they are choices):
   reset thus start at their RTL start values, as after a hardware reset; the reset cycle
   is not counted.
 - Undefined constants (``x``/``z``) in the netlist are taken as 0.
+- Integrated clock-gate cells (``clock_gates``; the designs' ``clock_gating`` option):
+  a flip-flop clocked by a gate's output loads at an edge only when the gate's enable
+  (ORed with its test pin) was 1 in that cycle, as the cell's latch holds it. The gated
+  clock net makes two transitions in each such cycle and none otherwise: its pins'
+  rate is twice the fraction of enabled cycles (the clock's own is 2).
 """
 from __future__ import annotations
 
@@ -205,14 +210,19 @@ class NetToggles:
         pin name ``instance/PIN``; pins on a constant are 0.
     clock_pins : frozenset of str
         Pins on the clock net (their activity is the clock's, not simulated).
+    gated_pins : frozenset of str
+        Pins on a gated clock net (an integrated clock-gate cell's output and the clock
+        pins it drives); their rate in ``pins`` is the gated clock's.
     """
 
     cycles: int
     pins: dict
     clock_pins: frozenset
+    gated_pins: frozenset = frozenset()
 
     def mean_rate(self) -> float:
-        vals = [v for p, v in self.pins.items() if p not in self.clock_pins]
+        vals = [v for p, v in self.pins.items()
+                if p not in self.clock_pins and p not in self.gated_pins]
         return float(np.mean(vals)) if vals else 0.0
 
 
@@ -227,9 +237,13 @@ class GateSim:
     top : str
     clock, reset : str or None
         The design's clock and reset ports.
+    clock_gates : dict of str -> ClockGateCell, optional
+        The library's integrated clock-gate cells
+        (:func:`mactile.synth.libraries.clock_gate_cells`), simulated as the module doc says.
     """
 
-    def __init__(self, doc: dict, top: str, *, clock: str | None, reset: str | None):
+    def __init__(self, doc: dict, top: str, *, clock: str | None, reset: str | None,
+                 clock_gates: Mapping | None = None):
         mods = doc["modules"]
         if top not in mods:
             raise ToolError(f"gate-level simulation: module {top} missing from the netlist JSON")
@@ -256,8 +270,30 @@ class GateSim:
         states = []     # (variables, next-state table) of every flip-flop
         self.pin_net: dict[str, int] = {}
         self.clock_pins: set[str] = set()
+        self.gated_pins: set[str] = set()
+        clock_gates = dict(clock_gates or {})
+        gate_of_net: dict[int, int] = {}   # gated clock net -> gate number
+        self._gate_enables: list[list[int]] = []
+        for inst, cell in self.module["cells"].items():
+            icg = clock_gates.get(cell["type"])
+            if icg is None:
+                continue
+            conn = cell["connections"]
+            if self.clock_bit is None or conn.get(icg.clock, [None])[0] != self.clock_bit:
+                raise ToolError(f"gate-level simulation: clock gate {inst} ({cell['type']}) "
+                                f"is not clocked by the design's clock {clock!r}")
+            for pin, bits in conn.items():
+                self.pin_net[f"{inst}/{pin}"] = idx(bits[0])
+            self.clock_pins.add(f"{inst}/{icg.clock}")
+            self.gated_pins.add(f"{inst}/{icg.out}")
+            gate_of_net[idx(conn[icg.out][0])] = len(self._gate_enables)
+            self._gate_enables.append([idx(conn[p][0]) for p in (icg.enable, icg.test)
+                                       if p and p in conn])
+        state_gate = []  # per flip-flop state bit: its clock gate, or -1
         for inst, cell in self.module["cells"].items():
             t = cell["type"]
+            if t in clock_gates:
+                continue
             if t not in tables:
                 if t not in mods:
                     raise ToolError(f"gate-level simulation: no model of cell {t} "
@@ -268,8 +304,14 @@ class GateSim:
             for pin, bits in conn.items():
                 if bits[0] == self.clock_bit and self.clock_bit is not None:
                     self.clock_pins.add(f"{inst}/{pin}")
+                elif _const(bits[0]) is None and idx(bits[0]) in gate_of_net:
+                    self.gated_pins.add(f"{inst}/{pin}")
                 self.pin_net[f"{inst}/{pin}"] = idx(bits[0])
-            if tab.n_state:
+            gate = -1
+            if tab.n_state and tab.clock is not None and _const(conn.get(tab.clock, ["0"])[0]) \
+                    is None and idx(conn[tab.clock][0]) in gate_of_net:
+                gate = gate_of_net[idx(conn[tab.clock][0])]
+            elif tab.n_state:
                 if tab.clock is None or conn.get(tab.clock, [None])[0] != self.clock_bit:
                     raise ToolError(f"gate-level simulation: flip-flop {inst} ({t}) is not "
                                     f"clocked by the design's clock {clock!r}")
@@ -283,6 +325,7 @@ class GateSim:
                 [("state", first + j) for j in range(tab.n_state)]
             for support, table in tab.next_state:
                 states.append(([variables[i] for i in support], table))
+                state_gate.append(gate)
             for pin, (support, table) in tab.outputs.items():
                 if pin in conn:
                     nodes.append((idx(conn[pin][0]), [variables[i] for i in support], table))
@@ -297,6 +340,8 @@ class GateSim:
         self._levels = self._levelize([(out, place(ins), tab) for out, ins, tab in nodes])
         self._next = self._group([(base + i, place(ins), tab)
                                   for i, (ins, tab) in enumerate(states)])
+        self._state_gate = np.array(state_gate, dtype=np.int64)
+        self._gate_of_net = gate_of_net
 
     # ---- construction helpers --------------------------------------------------------
     def _levelize(self, nodes):
@@ -380,6 +425,8 @@ class GateSim:
         reset_idx = np.array(self.input_bits.get(self.reset, []), dtype=np.int64)
         # The reset cycle (not counted), then the stimulus.
         schedule = ([None] if len(reset_idx) and self.n_state else []) + list(range(cycles))
+        gated = (self._state_gate >= 0).any() if self.n_state else False
+        enabled = np.zeros(len(self._gate_enables), dtype=np.int64)  # counted cycles
         for t in schedule:
             if t is None:
                 v[in_idx] = 0
@@ -395,10 +442,24 @@ class GateSim:
                 prev = v[:self.n_nets].copy()
             if self._next is not None:
                 out, ins, tabs, rows = self._next
-                v[out] = tabs[rows, self._row_index(v, ins)]
+                new = tabs[rows, self._row_index(v, ins)]
+                if gated:  # a gated flip-flop loads only when its gate's enable is 1
+                    en = np.array([max((int(v[n]) for n in nets), default=0)
+                                   for nets in self._gate_enables], dtype=np.uint8)
+                    if t is not None:
+                        enabled += en
+                    load = np.where(self._state_gate >= 0,
+                                    en[np.maximum(self._state_gate, 0)], 1).astype(bool)
+                    new = np.where(load, new, v[out])
+                v[out] = new
         rate = toggles / max(1, cycles - 1)
         pins = {pin: float(rate[n]) for pin, n in self.pin_net.items()}
-        return NetToggles(cycles=cycles, pins=pins, clock_pins=frozenset(self.clock_pins))
+        if self._gate_enables:
+            gate_rate = {n: 2.0 * enabled[g] / cycles for n, g in self._gate_of_net.items()}
+            for pin in self.gated_pins:
+                pins[pin] = gate_rate[self.pin_net[pin]]
+        return NetToggles(cycles=cycles, pins=pins, clock_pins=frozenset(self.clock_pins),
+                          gated_pins=frozenset(self.gated_pins))
 
     @staticmethod
     def _row_index(v, ins):
@@ -414,7 +475,8 @@ class GateSim:
 
 def simulate_netlist(work: Path, netlist: str, liberty: str, top: str,
                      stimulus: Mapping[str, Sequence[int]], *, clock: str | None,
-                     reset: str | None, timeout: float | None = None) -> NetToggles:
+                     reset: str | None, timeout: float | None = None,
+                     clock_gates: Mapping | None = None) -> NetToggles:
     """Prepare (Yosys) and simulate a netlist in the run folder ``work``.
 
     ``netlist`` and ``liberty`` are paths relative to ``work`` (Yosys' private ``/tmp``).
@@ -426,4 +488,4 @@ def simulate_netlist(work: Path, netlist: str, liberty: str, top: str,
         doc = json.loads((work / json_name).read_text())
     finally:
         (work / json_name).unlink(missing_ok=True)
-    return GateSim(doc, top, clock=clock, reset=reset).run(stimulus)
+    return GateSim(doc, top, clock=clock, reset=reset, clock_gates=clock_gates).run(stimulus)

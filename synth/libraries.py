@@ -38,7 +38,8 @@ from pathlib import Path
 from mactile.golden.fileio import atomic_outputs
 
 __all__ = ["Library", "LibraryError", "PDKS", "PdkSpec", "resolve_library", "pdk_dir",
-           "DriveConstraint", "drive_constraint",
+           "DriveConstraint", "drive_constraint", "ClockGateCell", "clock_gate_cells",
+           "FlopPins", "flop_pins",
            "cache_dir", "DEFAULT_PDK"]
 
 #: The library used when neither ``--pdk`` nor ``--liberty`` is given.
@@ -356,6 +357,118 @@ def _drive_constraint(path: str, sha256: str, dont_use: tuple[str, ...]
     if best is None:
         return None
     return DriveConstraint(driving_cell=best[1], load=4.0 * best[2])
+
+
+@dataclass(frozen=True)
+class ClockGateCell:
+    """An integrated clock-gate cell of a library (``clock_gating_integrated_cell``).
+
+    Attributes
+    ----------
+    name : str
+    kind : str
+        The liberty's ``clock_gating_integrated_cell`` value (``latch_posedge``,
+        ``latch_posedge_precontrol``): a latch open while the clock is low holds the
+        enable, ANDed with the clock.
+    clock, enable, out : str
+        Pins ``clock_gate_clock_pin``, ``clock_gate_enable_pin``, ``clock_gate_out_pin``.
+    test : str or None
+        ``clock_gate_test_pin`` (scan enable, ORed with the enable), if any.
+    area : float
+    """
+
+    name: str
+    kind: str
+    clock: str
+    enable: str
+    out: str
+    test: str | None
+    area: float
+
+
+def clock_gate_cells(lib: Library) -> dict[str, ClockGateCell]:
+    """The library's integrated clock-gate cells by name (NanGate45: ``CLKGATE_X*``,
+    ``CLKGATETST_X*``; sky130 hd: ``dlclkp``, ``sdlclkp``; osu018: none)."""
+    return _clock_gate_cells(str(lib.path), lib.sha256)
+
+
+@functools.lru_cache(maxsize=None)
+def _clock_gate_cells(path: str, sha256: str) -> dict[str, ClockGateCell]:
+    text = Path(path).read_text(errors="replace")
+    out = {}
+    for m in _CELL_HEAD.finditer(text):
+        body = _block(text, m.end() - 1)
+        kind = _attr(body, "clock_gating_integrated_cell")
+        if not kind:
+            continue
+        roles = {}
+        for p in _PIN_HEAD.finditer(body):
+            pb = _block(body, p.end() - 1)
+            for role in ("clock", "enable", "test", "out"):
+                if _attr(pb, f"clock_gate_{role}_pin") == "true":
+                    roles[role] = p.group(1)
+        if not {"clock", "enable", "out"} <= set(roles):
+            continue
+        out[m.group(1)] = ClockGateCell(m.group(1), kind, roles["clock"], roles["enable"],
+                                        roles["out"], roles.get("test"),
+                                        float(_attr(body, "area") or 0.0))
+    return out
+
+
+@dataclass(frozen=True)
+class FlopPins:
+    """The pins of a plain D flip-flop cell (``ff`` group with ``next_state`` one pin).
+
+    Attributes
+    ----------
+    clock, d : str
+    q, qn : str or None
+        The outputs that carry the state and its complement.
+    """
+
+    clock: str
+    d: str
+    q: str | None
+    qn: str | None
+
+
+def flop_pins(lib: Library) -> dict[str, FlopPins]:
+    """Every plain positive-edge D flip-flop cell of the library (no set/reset, no scan),
+    by name: what the clock-gate model of the equivalence check rewrites."""
+    return _flop_pins(str(lib.path), lib.sha256)
+
+
+_FF_HEAD = re.compile(r'\bff\s*\(\s*"?([^",\s]+)"?\s*,\s*"?([^")\s]+)"?\s*\)\s*\{')
+
+
+@functools.lru_cache(maxsize=None)
+def _flop_pins(path: str, sha256: str) -> dict[str, FlopPins]:
+    text = Path(path).read_text(errors="replace")
+    out = {}
+    for m in _CELL_HEAD.finditer(text):
+        body = _block(text, m.end() - 1)
+        ff = _FF_HEAD.search(body)
+        if not ff:
+            continue
+        group = _block(body, ff.end() - 1)
+        clk = (_attr(group, "clocked_on") or "").strip("() ")
+        nxt = (_attr(group, "next_state") or "").strip("() ")
+        if (_attr(group, "clear") or _attr(group, "preset")
+                or not re.fullmatch(r"\w+", clk) or not re.fullmatch(r"\w+", nxt)):
+            continue
+        q = qn = None
+        for p in _PIN_HEAD.finditer(body):
+            pb = _block(body, p.end() - 1)
+            if _attr(pb, "direction") != "output":
+                continue
+            func = (_attr(pb, "function") or "").replace(" ", "").strip("()")
+            if func == ff.group(1):
+                q = p.group(1)
+            elif func in (ff.group(2), f"!{ff.group(1)}"):
+                qn = p.group(1)
+        if q or qn:
+            out[m.group(1)] = FlopPins(clk, nxt, q, qn)
+    return out
 
 
 def pdk_path(name: str) -> Path:

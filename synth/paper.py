@@ -103,7 +103,8 @@ def compare(tables: list[dict], results: list[SynthResult], *,
             expanded.append(row)
             for v in row.get("variants", ()):
                 expanded.append({**{k: x for k, x in row.items() if k != "variants"},
-                                 "design": v["design"], "variant": v["label"]})
+                                 "design": v["design"], "variant": v["label"],
+                                 **({"note": v["note"]} if "note" in v else {})})
         for row in expanded:
             count = int(row.get("count", 1))
             r = by_key.get((row.get("design"), t["pdk"], float(t["clock_ns"]), workload))

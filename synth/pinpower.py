@@ -129,13 +129,23 @@ def parse_pin_energies(out: str, *, activity: float, clock_pins=frozenset()) -> 
                        reference=ref)
 
 
-def power_at_rates(e: PinEnergies, rates: dict) -> dict:
+#: Transitions per clock period of a clock net.
+CLOCK_ACTIVITY = 2.0
+
+
+def power_at_rates(e: PinEnergies, rates: dict, *, clock_rate_pins=frozenset()) -> dict:
     """Power (mW: internal, switching, leakage, total) with each pin at its net's rate.
 
     Parameters
     ----------
     rates : dict of str -> float
         Toggle rate (transitions per clock cycle) of the net on every pin.
+    clock_rate_pins : set of str
+        Pins OpenSTA printed at the clock's activity rather than the uniform one: those
+        on a gated clock (OpenSTA propagates the clock through an integrated clock-gate
+        cell; measured on NanGate45's CLKGATE_X1 and sky130's dlclkp_1, whose output and
+        the flip-flop clock pins it drives print the clock's 2 transitions per period).
+        Scaled by their rate over :data:`CLOCK_ACTIVITY`.
 
     Raises
     ------
@@ -150,7 +160,7 @@ def power_at_rates(e: PinEnergies, rates: dict) -> dict:
             if pi or ps:
                 missing.append(pin)
             continue
-        scale = r / e.activity
+        scale = r / (CLOCK_ACTIVITY if pin in clock_rate_pins else e.activity)
         internal += pi * scale
         switching += ps * scale
     if missing:

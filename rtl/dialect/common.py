@@ -14,7 +14,8 @@ from mactile.golden.dialect import FORMATBOOK, N_DIALECTS, pair_max_half_units
 
 from .logic import Cube, quantize_ranges, range_cubes, stage2_logic
 
-__all__ = ["Pipeline", "parse_registers", "check_block_size", "wire", "named", "eq_const",
+__all__ = ["Pipeline", "parse_registers", "check_clock_gating", "check_block_size", "wire",
+           "named", "eq_const",
            "max_tree", "sum_tree", "popcount", "sop", "RangeLogic", "split_fp16", "align",
            "stage1_pair", "Stage2Logic", "RangeCheckQuantizer", "NamedSignals", "BACKEND_WAIVERS",
            "BLOCK_SIZES", "SE_BITS", "ID_BITS", "CODE_BITS", "FP16_BITS", "block_quantizer_ports",
@@ -35,6 +36,13 @@ def check_block_size(owner: str, block_size) -> int:
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"{owner}: block_size must be one of {BLOCK_SIZES}, got {block_size}")
     return block_size
+
+
+def check_clock_gating(owner: str, clock_gating) -> bool:
+    """Validate the ``clock_gating`` option (a bool) of a design."""
+    if not isinstance(clock_gating, bool):
+        raise TypeError(f"{owner}: clock_gating must be a bool, got {clock_gating!r}")
+    return clock_gating
 
 
 def parse_registers(owner: str, registers, boundaries: tuple[str, ...]) -> tuple[str, ...]:
@@ -66,29 +74,41 @@ class Pipeline:
     (a ``Value`` or a list of them; datapath registers have no reset) through the
     boundary. With ``name`` in ``registered`` they go through flip-flops in ``sync``,
     otherwise through ``comb`` wires, so the latency is ``len(registered)``.
+
+    With ``gated`` (the designs' ``clock_gating`` option) a registered boundary's data
+    loads only when its incoming ``valid`` is 1 and holds otherwise: enable registers,
+    which synthesis turns into one integrated clock-gate cell per boundary
+    (docs/synthesis.md, "Clock gating"). The valid bits themselves load every cycle.
     """
 
-    def __init__(self, m: Module, registered: tuple[str, ...]):
-        self.m, self.registered = m, registered
+    def __init__(self, m: Module, registered: tuple[str, ...], *, gated: bool = False):
+        self.m, self.registered, self.gated = m, registered, gated
 
     def boundary(self, name: str, valid: Value, **values):
         reg = name in self.registered
         domain = self.m.d.sync if reg else self.m.d.comb
+        loads = []
 
-        def one(v, sig_name, reset_less=True):
+        def one(v, sig_name, reset_less=True, *, data=True):
             v = Value.cast(v)
             s = Signal(v.shape(), name=sig_name, reset_less=reset_less)
-            domain.__iadd__(s.eq(v))
+            if data and reg and self.gated:
+                loads.append(s.eq(v))
+            else:
+                domain.__iadd__(s.eq(v))
             _record(self.m, sig_name)
             return s
 
-        out_valid = one(valid, f"{name}_valid", reset_less=not reg)
+        out_valid = one(valid, f"{name}_valid", reset_less=not reg, data=False)
         out = {}
         for key, v in values.items():
             if isinstance(v, (list, tuple)):
                 out[key] = [one(x, f"{name}_{key}_{i}") for i, x in enumerate(v)]
             else:
                 out[key] = one(v, f"{name}_{key}")
+        if loads:
+            with self.m.If(valid):
+                self.m.d.sync += loads
         return out_valid, out
 
 

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from mactile.golden.dialect import FORMATBOOK, N_DIALECTS
 
-from .common import CODE_BITS, ID_BITS, check_block_size
+from .common import CODE_BITS, ID_BITS, check_block_size, check_clock_gating
 
 __all__ = ["DialectDequantizer", "VALUE_BITS", "shared_table"]
 
@@ -38,6 +38,11 @@ class DialectDequantizer(wiring.Component):
     block_size : {16, 32, 64}
     registered : bool
         Register the outputs (default; the paper's 1 cycle). ``False``: combinational.
+    clock_gating : bool
+        The output registers load only with a valid block (enable registers, an
+        integrated clock-gate cell after synthesis) and hold the last valid block's
+        values between ``out_valid`` pulses (zero at start; reset-less, as the gated
+        registers must be). Default False. Only with ``registered``.
 
     Ports
     -----
@@ -47,12 +52,16 @@ class DialectDequantizer(wiring.Component):
         the unsigned half-unit magnitude the 4-bit multiplier takes.
     """
 
-    def __init__(self, *, block_size: int = 32, registered: bool = True):
+    def __init__(self, *, block_size: int = 32, registered: bool = True,
+                 clock_gating: bool = False):
         owner = type(self).__name__
+        self.clock_gating = check_clock_gating(owner, clock_gating)
         self.block_size = check_block_size(owner, block_size)
         if not isinstance(registered, bool):
             raise TypeError(f"{owner}: registered must be a bool, got {registered!r}")
         self.registered = registered
+        if clock_gating and not registered:
+            raise ValueError(f"{owner}: clock_gating needs registered outputs")
         super().__init__({
             "valid": In(1),
             "dialect": In(ID_BITS),
@@ -74,7 +83,8 @@ class DialectDequantizer(wiring.Component):
     @property
     def module_name(self) -> str:
         """Verilog module name (parameters in the name)."""
-        return f"dialect_dequantizer_b{self.block_size}_l{self.latency}"
+        return (f"dialect_dequantizer_b{self.block_size}_l{self.latency}"
+                + ("_cg" if self.clock_gating else ""))
 
     def elaborate(self, platform):
         m = Module()
@@ -90,11 +100,22 @@ class DialectDequantizer(wiring.Component):
                 entries.append(e)
         table = Array(entries)
         domain = m.d.sync if self.registered else m.d.comb
+        loads = []
         for j, (code, out) in enumerate(zip(self.codes, self.values)):
             idx, sign = code[:CODE_BITS - 1], code[CODE_BITS - 1]
             q = Signal(MAG_BITS, name=f"q_{j}")
             m.d.comb += q.eq(table[idx])
-            domain += out.eq(Cat(q, sign))
+            loads.append(out.eq(Cat(q, sign)))
+        if self.clock_gating:
+            # Reset-less registers behind the ports: Yosys' clockgate pass gates enable
+            # flip-flops only, not those with a synchronous reset (the ports have one).
+            held = [Signal(VALUE_BITS, name=f"held_{j}", reset_less=True)
+                    for j in range(self.block_size)]
+            with m.If(self.valid):
+                m.d.sync += [h.eq(a.rhs) for h, a in zip(held, loads)]
+            m.d.comb += [out.eq(h) for out, h in zip(self.values, held)]
+        else:
+            domain += loads
         domain += self.out_valid.eq(self.valid)
         return m
 

@@ -16,7 +16,8 @@ from mactile.golden.dialect import FORMATBOOK, N_DIALECTS
 from mactile.golden.dialect_mse import MseFixedPoint
 
 from .common import (NamedSignals, Pipeline, PipelinedBlockUnit, RangeCheckQuantizer, RangeLogic,
-                     block_quantizer_ports, truncation_waivers, align, check_block_size, max_tree,
+                     block_quantizer_ports, check_clock_gating, truncation_waivers, align,
+                     check_block_size, max_tree,
                      named, parse_registers, split_fp16, sum_tree, wire)
 from .logic import quantize_ranges
 
@@ -80,6 +81,12 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
         held block, with a running argmin (ties to the lower dialect, as the golden
         model); a new block every ``rounds`` cycles, registers
         :data:`ROUND_BOUNDARIES`, latency ``rounds + 6``.
+    clock_gating : bool
+        Pipeline registers load only with valid data (enable registers, integrated
+        clock-gate cells after synthesis), as the held block, the running argmin and the
+        outputs of the round organisation already do. Default False. In the fully
+        parallel organisation the outputs then hold the last valid block's result
+        between ``out_valid`` pulses, as with rounds.
 
     Ports are those of :class:`~mactile.rtl.dialect.quantizer.DialectQuantizer`. With
     rounds, blocks must come at least ``rounds`` cycles apart (the bench keeps to that;
@@ -92,8 +99,10 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
     sim_cxx_opt = "-O0"
 
     def __init__(self, *, block_size: int = 32, frac_bits: int = 6, err_frac_bits: int = 6,
-                 registers=MSE_BOUNDARIES, dialects_per_cycle: int = 16):
+                 registers=MSE_BOUNDARIES, dialects_per_cycle: int = 16,
+                 clock_gating: bool = False):
         owner = type(self).__name__
+        self.clock_gating = check_clock_gating(owner, clock_gating)
         self.block_size = check_block_size(owner, block_size)
         try:
             self.spec = MseFixedPoint(frac_bits=frac_bits, err_frac_bits=err_frac_bits)
@@ -135,7 +144,7 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
         s = self.spec
         dpc = f"_d{self.dialects_per_cycle}" if self.rounds > 1 else ""
         return (f"dialect_mse_b{self.block_size}_f{s.frac_bits}g{s.err_frac_bits}{dpc}"
-                f"_l{self.latency}")
+                f"_l{self.latency}" + ("_cg" if self.clock_gating else ""))
 
     def _front_end(self, m, pipe):
         """Both organisations' first stages: the block's shared exponent (max tree), then
@@ -154,7 +163,7 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
         if self.rounds > 1:
             return self._elaborate_rounds()
         m = Module()
-        pipe = Pipeline(m, self.registers)
+        pipe = Pipeline(m, self.registers, gated=self.clock_gating)
         n, f, g = self.block_size, self.spec.frac_bits, self.spec.err_frac_bits
 
         v, s, mag = self._front_end(m, pipe)
@@ -218,7 +227,7 @@ class DialectMseSelector(PipelinedBlockUnit, NamedSignals, wiring.Component):
     def _elaborate_rounds(self):
         """``dialects_per_cycle`` dialects per cycle over ``rounds`` rounds (class doc)."""
         m = Module()
-        pipe = Pipeline(m, self.registers)
+        pipe = Pipeline(m, self.registers, gated=self.clock_gating)
         n, f, g = self.block_size, self.spec.frac_bits, self.spec.err_frac_bits
         D, R = self.dialects_per_cycle, self.rounds
         rbits = max(1, (R - 1).bit_length())

@@ -13,7 +13,8 @@ from amaranth.lib import wiring
 from mactile.golden.dialect import CountTie
 
 from .common import (NamedSignals, Pipeline, PipelinedBlockUnit, RangeCheckQuantizer, Stage2Logic,
-                     block_quantizer_ports, truncation_waivers, align, check_block_size, max_tree,
+                     block_quantizer_ports, check_clock_gating, truncation_waivers, align,
+                     check_block_size, max_tree,
                      named, parse_registers, popcount, split_fp16, stage1_pair)
 
 __all__ = ["DialectQuantizer", "QUANTIZER_BOUNDARIES"]
@@ -36,6 +37,12 @@ class DialectQuantizer(PipelinedBlockUnit, NamedSignals, wiring.Component):
     registers : sequence of str or str
         Which stage boundaries of :data:`QUANTIZER_BOUNDARIES` get a pipeline register
         (default all: latency 5). Comma-separated in a string; ``"none"``: combinational.
+    clock_gating : bool
+        Each registered boundary's data loads only with a valid block (enable registers,
+        one integrated clock-gate cell per boundary after synthesis; docs/rtl-dialect.md).
+        Default False: every register loads every cycle. With it, ``se``/``dialect``/
+        ``codes`` hold the last valid block's result between ``out_valid`` pulses (zero
+        after reset) instead of carrying a bubble's result.
 
     Ports
     -----
@@ -52,8 +59,9 @@ class DialectQuantizer(PipelinedBlockUnit, NamedSignals, wiring.Component):
     sim_cxx_opt = "-O0"
 
     def __init__(self, *, block_size: int = 32, count_tie: str | CountTie = "even",
-                 registers=QUANTIZER_BOUNDARIES):
+                 registers=QUANTIZER_BOUNDARIES, clock_gating: bool = False):
         owner = type(self).__name__
+        self.clock_gating = check_clock_gating(owner, clock_gating)
         self.block_size = check_block_size(owner, block_size)
         try:
             self.count_tie = CountTie(count_tie)
@@ -73,11 +81,12 @@ class DialectQuantizer(PipelinedBlockUnit, NamedSignals, wiring.Component):
     @property
     def module_name(self) -> str:
         """Verilog module name (parameters in the name, as berkeley-hardfloat does)."""
-        return f"dialect_quantizer_b{self.block_size}_{self.count_tie.value}_l{self.latency}"
+        return (f"dialect_quantizer_b{self.block_size}_{self.count_tie.value}_l{self.latency}"
+                + ("_cg" if self.clock_gating else ""))
 
     def elaborate(self, platform):
         m = Module()
-        pipe = Pipeline(m, self.registers)
+        pipe = Pipeline(m, self.registers, gated=self.clock_gating)
         n = self.block_size
 
         # Preprocessing (Figure 5a), part 1: the shared exponent = largest exponent field.

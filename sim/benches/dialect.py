@@ -56,11 +56,28 @@ def _code_ports(b: int) -> list[str]:
     return [f"codes__{j}" for j in range(b)]
 
 
+def _hold_outputs(expected: dict, valid: np.ndarray) -> None:
+    """Expected outputs of a unit whose output registers load only with a valid block:
+    each cycle's fields are those of the last valid input cycle, zero before the first
+    (``out_valid`` stays the input's). ``valid``: ``(cycles, lanes)`` bool, in the
+    cycles of ``expected`` (the bench aligns the latency)."""
+    t = np.arange(valid.shape[0])[:, None]
+    last = np.maximum.accumulate(np.where(valid, t, -1), axis=0)
+    for p, e in expected.items():
+        if p == "out_valid":
+            continue
+        held = np.take_along_axis(e, np.maximum(last, 0), axis=0)
+        expected[p] = np.where(last >= 0, held, 0)
+
+
 class _BlockBench(Bench):
     """Shared stimulus for the two FP16-block -> (se, dialect, codes) units."""
 
     suites = ("random", "corners")
     fixed_suites = ("corners",)
+    #: Whether the outputs hold the last valid block's result between ``out_valid``
+    #: pulses (clock gating, or the MSE selector's rounds) instead of a bubble's result.
+    holds = False
 
     def __init__(self, *, block_size: int = 32):
         self.block_size = block_size
@@ -109,6 +126,8 @@ class _BlockBench(Bench):
             expected[p] = codes[..., j]
         hit = np.bincount(dialect.reshape(shape)[mask & (inputs["valid"] == 1)],
                           minlength=N_DIALECTS)
+        if self.holds:
+            _hold_outputs(expected, inputs["valid"] == 1)
         return Vectors(inputs, expected, mask, labels=labels, label_names=names,
                        notes={"dialects_hit": hit.tolist(), "streams": names})
 
@@ -151,9 +170,11 @@ class QuantizerBench(_BlockBench):
     """Vectors of :class:`mactile.rtl.dialect.quantizer.DialectQuantizer`; takes its
     parameters (``registers`` only changes the latency, read from the component)."""
 
-    def __init__(self, *, block_size: int = 32, count_tie: str = "even", registers=None):
+    def __init__(self, *, block_size: int = 32, count_tie: str = "even", registers=None,
+                 clock_gating: bool = False):
         super().__init__(block_size=block_size)
         self.count_tie = CountTie(count_tie)
+        self.holds = clock_gating
 
     def golden(self, x16):
         return golden_two_stage(x16, self.count_tie)
@@ -164,10 +185,11 @@ class MseSelectorBench(_BlockBench):
     :func:`mactile.golden.dialect_mse.quantize_fixed_mse`."""
 
     def __init__(self, *, block_size: int = 32, frac_bits: int = 6, err_frac_bits: int = 6,
-                 registers=None, dialects_per_cycle: int = 16):
+                 registers=None, dialects_per_cycle: int = 16, clock_gating: bool = False):
         super().__init__(block_size=block_size)
         self.spec = MseFixedPoint(frac_bits=frac_bits, err_frac_bits=err_frac_bits)
         self.rounds = N_DIALECTS // dialects_per_cycle
+        self.holds = clock_gating or self.rounds > 1
 
     def streams(self, suite, count, rng):
         """With rounds, every block is followed by ``rounds - 1`` bubbles carrying random
@@ -191,21 +213,6 @@ class MseSelectorBench(_BlockBench):
             spaced.append(Stream(st.name, ins))
         return spaced
 
-    def vectors(self, suite, *, lanes, count, rng):
-        vec = super().vectors(suite, lanes=lanes, count=count, rng=rng)
-        if self.rounds == 1:
-            return vec
-        # Outputs hold the last valid block's result (zero after reset) between pulses.
-        valid = vec.inputs["valid"] == 1
-        t = np.arange(valid.shape[0])[:, None]
-        last = np.maximum.accumulate(np.where(valid, t, -1), axis=0)
-        for p, e in vec.expected.items():
-            if p == "out_valid":
-                continue
-            held = np.take_along_axis(e, np.maximum(last, 0), axis=0)
-            vec.expected[p] = np.where(last >= 0, held, 0)
-        return vec
-
     def golden(self, x16):
         se, dialect, codes, _ = quantize_fixed_mse(x16, self.spec)
         return se, dialect, codes
@@ -220,8 +227,10 @@ class DequantizerBench(Bench):
     suites = ("exhaustive", "random")
     fixed_suites = ("exhaustive",)
 
-    def __init__(self, *, block_size: int = 32, registered: bool = True):
+    def __init__(self, *, block_size: int = 32, registered: bool = True,
+                 clock_gating: bool = False):
         self.block_size = block_size
+        self.holds = clock_gating
 
     def workload_vectors(self, workload, cycles: int, rng, reuse=None) -> dict[str, np.ndarray]:
         """Stimulus of a real layer: its weight blocks quantized by the golden DialectFP4
@@ -278,6 +287,8 @@ class DequantizerBench(Bench):
         vals = vals.reshape(*mask.shape, b)
         expected = {"out_valid": inputs["valid"].copy()}
         expected.update({f"values__{j}": vals[..., j] for j in range(b)})
+        if self.holds:  # clock gating: the output registers load only with a valid block
+            _hold_outputs(expected, inputs["valid"] == 1)
         return Vectors(inputs, expected, mask, labels=labels, label_names=names)
 
 
