@@ -191,23 +191,33 @@ def w4a16(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, rm_codes: 
 
 
 
-@w4a16.register_kernel("cuda")
-def _w4a16_cuda(x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, has_tensor_scale, out_log2):
-    from mactile.gpu.linear import linear  # noqa: PLC0415
-
+def _fp4_cuda(run, x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, out_log2):
+    """An FP4-weight op on the GPU: ``run(x, packed, out=y)`` on torch's stream, FP16 out."""
     x16 = _fp16_input(x)
     y = torch.empty((x16.shape[0], n), dtype=torch.float16, device=x.device)
     with on_torch_stream(x.device) as cp:
         pw = _gpu_fp4(codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, out_log2, cp)
-        linear(view(cp, x16), pw, out=view(cp, y))
+        run(view(cp, x16), pw, out=view(cp, y))
     return y.to(x.dtype)
+
+
+def _fp4_fake(op: str, x, n: int, k: int):
+    """The fake of an FP4-weight op: ``x [M, K]`` -> ``[M, N]``."""
+    torch._check(x.dim() == 2, lambda: f"mactile::{op} takes x [M, K]")
+    torch._check(x.shape[1] == k, lambda: f"mactile::{op}: x has {x.shape[1]} columns, the weight K = {k}")
+    return x.new_empty((x.shape[0], n))
+
+
+@w4a16.register_kernel("cuda")
+def _w4a16_cuda(x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, has_tensor_scale, out_log2):
+    from mactile.gpu.linear import linear  # noqa: PLC0415
+
+    return _fp4_cuda(linear, x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, out_log2)
 
 
 @w4a16.register_fake
 def _w4a16_fake(x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, has_tensor_scale, out_log2):
-    torch._check(x.dim() == 2, lambda: "mactile::w4a16 takes x [M, K]")
-    torch._check(x.shape[1] == k, lambda: f"mactile::w4a16: x has {x.shape[1]} columns, the weight K = {k}")
-    return x.new_empty((x.shape[0], n))
+    return _fp4_fake("w4a16", x, n, k)
 
 
 def _nvfp4_activations(x: torch.Tensor) -> torch.Tensor:
@@ -235,19 +245,12 @@ def w4a4(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, rm_codes: t
 def _w4a4_cuda(x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, has_tensor_scale, out_log2):
     from mactile.gpu.w4a4 import linear_w4a4  # noqa: PLC0415
 
-    x16 = _fp16_input(x)
-    y = torch.empty((x16.shape[0], n), dtype=torch.float16, device=x.device)
-    with on_torch_stream(x.device) as cp:
-        pw = _gpu_fp4(codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, out_log2, cp)
-        linear_w4a4(view(cp, x16), pw, out=view(cp, y))
-    return y.to(x.dtype)
+    return _fp4_cuda(linear_w4a4, x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, out_log2)
 
 
 @w4a4.register_fake
 def _w4a4_fake(x, codes, scales, rm_codes, rm_scales, spec, n, k, tensor_scale, has_tensor_scale, out_log2):
-    torch._check(x.dim() == 2, lambda: "mactile::w4a4 takes x [M, K]")
-    torch._check(x.shape[1] == k, lambda: f"mactile::w4a4: x has {x.shape[1]} columns, the weight K = {k}")
-    return x.new_empty((x.shape[0], n))
+    return _fp4_fake("w4a4", x, n, k)
 
 
 # --------------------------------------------------------------------------- NestedFP
