@@ -84,17 +84,33 @@ def table_origin() -> tuple[str | None, str]:
     return (str(path) if path is not None else None), origin
 
 
-@lru_cache(maxsize=8)
+_TABLES: dict = {}
+#: (id(table), fmt, K, N, M) -> engine_choice's answer, for the tables load_table keeps (their
+#: ids stay valid: _TABLES holds them).
+_CHOICES: dict = {}
+
+
 def load_table(path: str | None = None) -> dict | None:
-    """The table at ``path`` or the current device's (:func:`resolve_table`; None when none)."""
+    """The table at ``path`` or the current device's (:func:`resolve_table`; None when none).
+
+    Parsed once per file version (path, size, modification time) and shared: treat the
+    returned dict as read-only. Every ``linear()`` call reads it, so that an eager layer
+    pays a dictionary lookup, not a JSON parse.
+    """
     if path is None:
         path = table_origin()[0]
         if path is None:
             return None
     p = Path(path)
-    if not p.exists():
+    try:
+        st = p.stat()
+    except OSError:
         return None
-    return json.loads(p.read_text())
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    t = _TABLES.get(key)
+    if t is None:
+        t = _TABLES[key] = json.loads(p.read_text())
+    return t
 
 
 def token_bucket(M: int) -> int:
@@ -105,7 +121,19 @@ def token_bucket(M: int) -> int:
 
 
 def engine_choice(table: dict | None, fmt: str, K: int, N: int, M: int):
-    """``(EngineConfig, reason)`` from the table's ``engine`` entries, or ``(None, reason)``."""
+    """``(EngineConfig, reason)`` from the table's ``engine`` entries, or ``(None, reason)``
+    (remembered per shape for the tables :func:`load_table` keeps)."""
+    kept = table is not None and any(t is table for t in _TABLES.values())
+    key = (id(table), fmt, int(K), int(N), int(M))
+    if kept and key in _CHOICES:
+        return _CHOICES[key]
+    out = _engine_choice(table, fmt, K, N, M)
+    if kept:
+        _CHOICES[key] = out
+    return out
+
+
+def _engine_choice(table: dict | None, fmt: str, K: int, N: int, M: int):
     from ..engine import EngineConfig  # noqa: PLC0415
 
     entries = [e for e in (table or {}).get("engine", []) if e["format"] == fmt]
