@@ -147,12 +147,14 @@ def build(jobs, outdir, *, workers: int = 2, chunk: int = 6) -> list[Path]:
 
 
 def _jobs():
-    """Every kernel family's instantiations (engine, CUDA-core/ReSET, FlexQ, NestedFP)."""
+    """Every kernel family's instantiations (engine, CUDA-core/ReSET, FlexQ, NestedFP, the
+    decoder's ops)."""
     from .build import prebuilt_jobs as bj
+    from .decode_ops import prebuilt_jobs as dj
     from .engine import prebuilt_jobs as ej
     from .flexq.kernels import prebuilt_jobs as fj
     from .nestedfp.kernels import prebuilt_jobs as nj
-    return ej() + bj() + fj() + nj()
+    return ej() + bj() + fj() + nj() + dj()
 
 
 if __name__ == "__main__":

@@ -214,6 +214,11 @@ def _register_e2e(bsub) -> None:
     e.add_argument("--list", action="store_true", help="list the variants and exit")
     e.add_argument("--device", default="cuda", help="cuda (default) or cpu (the tiny check without a GPU)")
     e.add_argument("--decode", choices=("graph", "compile", "eager"), help="decode step mode (default graph on CUDA)")
+    e.add_argument("--ops", choices=("fused", "eager"), default="fused",
+                   help="the work between the linear layers: the decoder ops (norms fused with the residual "
+                        "adds, rotary + cache writes, decode attention, SwiGLU; default) or eager torch")
+    e.add_argument("--no-fuse-projections", action="store_true",
+                   help="keep q/k/v and gate/up as separate products (default: one product each, every variant)")
     e.add_argument("--breakdown-batches", type=int_list(1, "positive integer"), metavar="B,B,...",
                    help="batches whose decode step is broken down (default 1,64; measured ones only)")
     e.add_argument("--head", action="store_true", help="quantize the output head too (default: FP16 head)")
@@ -258,7 +263,8 @@ def run_e2e(args) -> int:
                       breakdown_batches=tuple(args.breakdown_batches or ((1,) if small else (1, 64))),
                       head=args.head, distinct_weights=args.distinct_weights, fp8_scaling=args.fp8_scaling,
                       sampler=args.sampler, budget_s=60.0 * args.budget_min,
-                      layers=args.layers)
+                      layers=args.layers, fused_ops=args.ops == "fused",
+                      fuse_projections=not args.no_fuse_projections)
     need = max([opts.context + max(opts.warmup, opts.gen, opts.timed_steps or 0) + 1, *opts.prefill])
     if need > CONFIGS[config].max_position:
         raise CliError(f"context + warm-up + steps ({need}) exceed {config}'s {CONFIGS[config].max_position} positions")

@@ -34,6 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import decode_ops as _decode_ops  # noqa: F401 (registers the torch.ops.mactile decoder ops)
+from .decode_ops import attention_ref, attention_rows_max as _attention_rows_max
+
 __all__ = ["RopeScaling", "DecoderConfig", "CONFIGS", "get_config", "RMSNorm", "KVCache",
            "Attention", "MLP", "DecoderLayer", "Decoder", "rope_inv_freq", "from_hf", "hf_config"]
 
@@ -216,12 +219,39 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.kv_cache: KVCache | None = None
+        self.eps = cfg.norm_eps
+        self.qkv_proj: nn.Module | None = None  # set by Decoder.fuse_projections
+
+    def _qkv(self, x):
+        if self.qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        qkv = self.qkv_proj(x)
+        nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+        return qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+
+    def forward_fused(self, x, cos_table, sin_table, input_pos):
+        """The cached forward through the ``torch.ops.mactile`` decoder ops: rotary and
+        cache writes in one op, the decode attention kernel where ``G * T`` rows per
+        key/value head fit it (else the same attention as :meth:`forward`)."""
+        B, T, _ = x.shape
+        q, k, v = self._qkv(x)
+        none = x.new_empty(0)
+        c = self.kv_cache
+        qr = torch.ops.mactile.rope_kv(q, k, v, cos_table, sin_table, input_pos, c.k, c.v,
+                                       self.q_norm.weight if self.q_norm is not None else none,
+                                       self.k_norm.weight if self.k_norm is not None else none, self.eps)
+        if (self.n_heads // self.n_kv) * T <= _attention_rows_max():
+            y = torch.ops.mactile.decode_attention(qr, c.k, c.v, input_pos)
+        else:
+            y = attention_ref(qr, c.k[:B], c.v[:B], input_pos)
+        return self.o_proj(y)
 
     def forward(self, x, cos, sin, mask, input_pos):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.hd)
-        k = self.k_proj(x).view(B, T, self.n_kv, self.hd)
-        v = self.v_proj(x).view(B, T, self.n_kv, self.hd)
+        q, k, v = self._qkv(x)
+        q = q.reshape(B, T, self.n_heads, self.hd)
+        k = k.reshape(B, T, self.n_kv, self.hd)
+        v = v.reshape(B, T, self.n_kv, self.hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, D]
@@ -247,9 +277,22 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate, bias=False)
         self.up_proj = nn.Linear(cfg.dim, cfg.intermediate, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate, cfg.dim, bias=False)
+        self.gate_up_proj: nn.Module | None = None  # set by Decoder.fuse_projections
+        self.intermediate = cfg.intermediate
+
+    def _gate_up(self, x):
+        if self.gate_up_proj is None:
+            return self.gate_proj(x), self.up_proj(x)
+        gu = self.gate_up_proj(x)
+        return gu[..., :self.intermediate], gu[..., self.intermediate:]
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        g, u = self._gate_up(x)
+        return self.down_proj(F.silu(g) * u)
+
+    def forward_fused(self, x):
+        g, u = self._gate_up(x)
+        return self.down_proj(torch.ops.mactile.silu_mul(g, u))
 
 
 class DecoderLayer(nn.Module):
@@ -292,6 +335,9 @@ class Decoder(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.max_batch = self.max_seq = 0
+        #: The cached forward through the torch.ops.mactile decoder ops (fused norms, rotary
+        #: and cache writes, decode attention, SwiGLU): :meth:`use_fused_ops`.
+        self.fused_ops = False
         self.register_buffer("causal_mask", None, persistent=False)
         self._rope(min(cfg.max_position, ROPE_TABLE), device=None)
 
@@ -363,6 +409,43 @@ class Decoder(nn.Module):
                 p.copy_(torch.randn(p.shape, generator=g, device=dev, dtype=torch.float32) * std)
         return self
 
+    # -- inference transforms ----------------------------------------------------------
+    def use_fused_ops(self, on: bool = True) -> "Decoder":
+        """Run the cached forward through the ``torch.ops.mactile`` decoder ops
+        (:mod:`mactile.torch.decode_ops`): per layer one op for each residual add and the
+        norm after it, one for the rotary embedding and both cache writes, the decode
+        attention kernel, one for SwiGLU. On the CPU the ops are the eager code (the same
+        results); on the GPU their FP16 kernels (a decode step of Llama-3.1-8B: about 10
+        launches per layer instead of about 25). The full-recompute forward (no cache)
+        stays eager."""
+        self.fused_ops = bool(on)
+        return self
+
+    @torch.no_grad()
+    def fuse_projections(self) -> "Decoder":
+        """Concatenate every layer's q/k/v projections into one ``qkv_proj`` and gate/up into
+        one ``gate_up_proj`` (``nn.Linear`` layers with the rows of the originals in order),
+        so that a step launches 4 products per layer instead of 7 (as vLLM's
+        ``QKVParallelLinear`` and ``MergedColumnParallelLinear``). Call before
+        ``quantize_model``: a quantized fused layer is quantized as one tensor (one NVFP4
+        tensor scale over q, k and v). The Hugging Face names of the fused weights are gone
+        (``state_dict`` holds ``qkv_proj`` / ``gate_up_proj``); the originals are dropped."""
+        for layer in self.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            if a.qkv_proj is None:
+                a.qkv_proj = _cat_linears(a.q_proj, a.k_proj, a.v_proj)
+                del a.q_proj, a.k_proj, a.v_proj
+                a.q_proj = a.k_proj = a.v_proj = None
+            if m.gate_up_proj is None:
+                m.gate_up_proj = _cat_linears(m.gate_proj, m.up_proj)
+                del m.gate_proj, m.up_proj
+                m.gate_proj = m.up_proj = None
+        return self
+
+    @property
+    def projections_fused(self) -> bool:
+        return self.model.layers[0].self_attn.qkv_proj is not None
+
     # -- forward -----------------------------------------------------------------------
     def attention_mask(self, allowed: torch.Tensor, dtype) -> torch.Tensor:
         """The additive mask ``[1, 1, G*T, S]`` of the attention calls from the boolean
@@ -374,6 +457,8 @@ class Decoder(nn.Module):
         return torch.where(m, z, torch.full((), float("-inf"), dtype=dtype, device=m.device))[None, None]
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        if self.fused_ops and self.has_cache:
+            return self._forward_fused(tokens, input_pos)
         x = self.model.embed_tokens(tokens)
         cos = self.rope_cos[input_pos].to(x.dtype)
         sin = self.rope_sin[input_pos].to(x.dtype)
@@ -385,6 +470,32 @@ class Decoder(nn.Module):
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask, input_pos)
         return self.lm_head(self.model.norm(x))
+
+    def _forward_fused(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` with caches through the decoder ops: each residual add is fused
+        with the norm that follows it (the next layer's input norm, or the final norm)."""
+        add_norm = torch.ops.mactile.add_rmsnorm
+        eps = self.config.norm_eps
+        layers = self.model.layers
+        x = self.model.embed_tokens(tokens)
+        h, y = add_norm(x, x.new_empty(0), layers[0].input_layernorm.weight, eps)
+        for i, layer in enumerate(layers):
+            a = layer.self_attn.forward_fused(y, self.rope_cos, self.rope_sin, input_pos)
+            h, y = add_norm(h, a, layer.post_attention_layernorm.weight, eps)
+            m = layer.mlp.forward_fused(y)
+            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.model.norm
+            h, y = add_norm(h, m, nxt.weight, eps)
+        return self.lm_head(y)
+
+
+def _cat_linears(*lins: nn.Linear) -> nn.Linear:
+    """One ``nn.Linear`` whose output rows are those of ``lins`` in order (no bias)."""
+    if any(lin.bias is not None for lin in lins):
+        raise ValueError("fuse_projections: projections with a bias are not fused")
+    w = torch.cat([lin.weight for lin in lins], dim=0)
+    out = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+    out.weight.copy_(w)
+    return out
 
 
 def hf_config(cfg: DecoderConfig):

@@ -5,8 +5,8 @@ through ``mactile.torch.quantize_model``; the peers: PyTorch's int4 tinygemm and
 A16W4), with random weights (nothing downloaded):
 
 * **decode**: at each batch size, a static cache sized for ``context + gen`` positions, the
-  first ``context`` taken as filled (no prefill is run: the attention reads the whole static
-  cache whatever it holds, so neither its values nor the position change a step's time), then
+  first ``context`` taken as filled (no prefill is run: the values do not change a step's time;
+  the decoder ops' attention reads positions ``0..pos``, the eager one the whole cache), then
   ``timed_steps`` (default ``min(gen, 32)``) decode steps, each one replay of the captured step
   (CUDA graph: model, sampling, next token and position written on the device), each timed
   between CUDA events; decode tokens/s is ``batch * steps / (sum of step times)`` and the time
@@ -55,6 +55,13 @@ PREFILL_LENGTHS = (512, 2048)
 #: Projections of a decoder layer replaced in every variant (the head stays FP16 unless asked).
 LAYER_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+#: The same after :meth:`Decoder.fuse_projections`.
+FUSED_LAYER_LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+
+
+def layer_linears(model: Decoder) -> tuple:
+    """The projections of one layer of ``model`` (fused or not)."""
+    return FUSED_LAYER_LINEARS if model.projections_fused else LAYER_LINEARS
 
 
 @dataclass(frozen=True)
@@ -178,7 +185,7 @@ def _set(mod: nn.Module, path: str, new: nn.Module) -> None:
 
 
 def _linear_paths(model: Decoder, head: bool) -> list[str]:
-    paths = [f"model.layers.{i}.{n}" for i in range(model.config.n_layers) for n in LAYER_LINEARS]
+    paths = [f"model.layers.{i}.{n}" for i in range(model.config.n_layers) for n in layer_linears(model)]
     return paths + (["lm_head"] if head else [])
 
 
@@ -221,7 +228,7 @@ def apply_variant(model: Decoder, v: Variant, *, head: bool = False, distinct_we
             new = _quantize_template(old, v)
             how = "every layer quantized from its own weights"
         else:
-            roles = {n: old[f"model.layers.0.{n}"] for n in LAYER_LINEARS}
+            roles = {n: old[f"model.layers.0.{n}"] for n in layer_linears(model)}
             if head:
                 roles["lm_head"] = old["lm_head"]
             tmpl = _quantize_template(roles, v)
@@ -428,10 +435,11 @@ def breakdown(model: Decoder, gen: Generator, step_s: float, *, profile: bool = 
     B, cfg = gen.batch, model.config
     dt = model.model.embed_tokens.weight.dtype
     xin = {}
-    for n in LAYER_LINEARS:
+    names = layer_linears(model)
+    for n in names:
         K = _get(model.model.layers[0], n).in_features
         xin[K] = torch.randn(B, 1, K, device=dev, dtype=dt)
-    lins = [(_get(layer, n), xin[_get(layer, n).in_features]) for layer in model.model.layers for n in LAYER_LINEARS]
+    lins = [(_get(layer, n), xin[_get(layer, n).in_features]) for layer in model.model.layers for n in names]
     lins.append((model.lm_head, xin.setdefault(cfg.dim, torch.randn(B, 1, cfg.dim, device=dev, dtype=dt))))
 
     def linear_only():
@@ -444,9 +452,15 @@ def breakdown(model: Decoder, gen: Generator, step_s: float, *, profile: bool = 
     mask = model.attention_mask(model.causal_mask[pos:pos + 1], dt)
     caches = [layer.self_attn.kv_cache for layer in model.model.layers]
 
+    qf = q.reshape(B, cfg.n_heads, 1, cfg.head_dim)
+    posv = gen.pos.view(-1)[:1].clone()
+
     def attention_only():
         for c in caches:
-            torch.nn.functional.scaled_dot_product_attention(q, c.k[:B], c.v[:B], attn_mask=mask)
+            if model.fused_ops:
+                torch.ops.mactile.decode_attention(qf, c.k, c.v, posv)
+            else:
+                torch.nn.functional.scaled_dot_product_attention(q, c.k[:B], c.v[:B], attn_mask=mask)
 
     t_lin = _graph_time(linear_only, dev)
     t_att = _graph_time(attention_only, dev)
@@ -507,6 +521,8 @@ class Options:
     sampler: str = "greedy"
     seed: int = 0
     layers: int | None = None
+    fused_ops: bool = True  # the decoder ops (Decoder.use_fused_ops) in every variant
+    fuse_projections: bool = True  # q/k/v and gate/up as one product each, in every variant
     budget_s: float | None = None  # stop starting measurements after this many seconds
     extra: dict = field(default_factory=dict)
 
@@ -524,6 +540,9 @@ def run_e2e(opts: Options, *, log=print) -> dict:
     log(f"e2e: {cfg.name} ({cfg.n_params / 1e9:.2f} B parameters) on {env.get('device')}, {len(chosen)} variants")
     t_start = time.perf_counter()
     model = Decoder.random(cfg, device=dev, dtype=dtype, seed=opts.seed)
+    if opts.fuse_projections:
+        model.fuse_projections()
+    model.use_fused_ops(opts.fused_ops)
     bw = read_bandwidth(dev)
     meta = {"env": env, "config": asdict(cfg), "options": {k: v for k, v in asdict(opts).items() if k != "extra"},
             "dtype": str(dtype).replace("torch.", ""), "decode_mode": decode, "read_bandwidth": bw,
@@ -664,9 +683,9 @@ def _speedups(records: list) -> None:
 
 
 _METHOD = ("Random weights. Decode: a static cache sized for {context} context + {gen} generated tokens, "
-           "positions 0..{context}-1 taken as filled (no prefill run; the attention reads the whole static cache, "
-           "so neither its values nor the position change a step's time: the steady-state step of a "
-           "{gen}-token generation); {warmup} untimed steps (capture and warm-up), then {timed} steps from "
+           "positions 0..{context}-1 taken as filled (no prefill run; values do not change a step's time; the "
+           "decoder ops' attention reads positions 0..pos, the eager attention the whole static cache: the "
+           "steady-state step of a {gen}-token generation); {warmup} untimed steps (capture and warm-up), then {timed} steps from "
            "position {context}, each one graph replay timed between CUDA events; tokens/s = batch x steps / sum "
            "of step times; time per output token = median step. "
            "Prefill: batch 1, eager, median of the timed repetitions after one warm-up. Bandwidth limit: "

@@ -300,3 +300,50 @@ def test_nestedfp_policy_switches_modes_per_step_cpu():
     assert out.shape == (2, 11)
     assert g.modes_used == ["fp8"] + ["fp16"] * 4  # prefill of 12 tokens, then 2-token steps
     assert all(x.mode == "fp16" for x in mods)
+
+
+# ------------------------------------------------------------------ decoder ops, fused projections
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_fused_ops_equal_eager_bit_for_bit_cpu(name):
+    """On the CPU the decoder ops are the eager code: prefill and decode logits identical, and
+    the fused greedy decode equals the full recompute for 64 tokens."""
+    m = _model(name)
+    toks = torch.randint(0, m.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(3))
+    outs = []
+    for fused in (False, True):
+        m.clear_caches()
+        m.setup_caches(2, 32)
+        m.use_fused_ops(fused)
+        with torch.no_grad():
+            outs.append(torch.cat([m(toks[:, :12], torch.arange(12))]
+                                  + [m(toks[:, i:i + 1], torch.tensor([i])) for i in range(12, 20)], 1))
+    assert torch.equal(outs[0], outs[1])
+    prompt = toks[:1, :7]
+    m.clear_caches()
+    assert torch.equal(generate(m, prompt, 64), _reference_greedy(m.use_fused_ops(False), prompt, 64))
+
+
+def test_fuse_projections_same_model():
+    """q/k/v and gate/up as one product each: the same logits within FP64 rounding, state_dict
+    names qkv_proj / gate_up_proj, the originals gone; a second call changes nothing."""
+    m = _model("tiny-qwen3")
+    toks = torch.randint(0, 1024, (2, 9), generator=torch.Generator().manual_seed(4))
+    ref = m(toks, torch.arange(9))
+    m.fuse_projections().fuse_projections()
+    sd = m.state_dict()
+    assert "model.layers.0.self_attn.qkv_proj.weight" in sd and "model.layers.1.mlp.gate_up_proj.weight" in sd
+    assert not any(k.endswith(("q_proj.weight", "gate_proj.weight")) for k in sd)
+    assert m.projections_fused
+    assert (m(toks, torch.arange(9)) - ref).abs().max().item() < 1e-12
+    m.setup_caches(2, 16)
+    m.use_fused_ops()
+    assert (m(toks, torch.arange(9)) - ref).abs().max().item() < 1e-12
+
+
+def test_fused_projections_quantize_and_decode():
+    quantize_model = _quantize_model()
+    m = _model(dtype=torch.float32).fuse_projections().use_fused_ops()
+    quantize_model(m, format="nvfp4", progress=False)
+    assert type(m.model.layers[0].self_attn.qkv_proj).__name__ == "QuantLinear"
+    prompt = torch.randint(0, 1024, (2, 5), generator=torch.Generator().manual_seed(7))
+    assert torch.equal(generate(m, prompt, 16), _reference_greedy(m, prompt, 16))
