@@ -60,8 +60,15 @@ def prebuilt_jobs():
     return [(source(), _names())]
 
 
+#: The combine kernel's limit on the splits of one row (its shared weights; one per thread).
+ATT_MAX_SPLITS = 64
+
+
 def _attn_smem(d: int, rmax: int) -> int:
-    return 4 * (rmax * d + ATT_WARPS * 32 * (d // 2 + 1) + ATT_WARPS * rmax * 32)
+    """Queries, K staging per warp (reused by the warps' merge: it must hold their
+    outputs), the probabilities per warp."""
+    staging = max(ATT_WARPS * 32 * (d // 2 + 1), ATT_WARPS * rmax * d)
+    return 4 * (rmax * d + staging + ATT_WARPS * rmax * 32)
 
 
 def _fn(name: str, smem: int = 0):
@@ -143,9 +150,9 @@ def silu_mul(g, u, *, out=None):
 
 def attention_splits(batch: int, kv_heads: int, positions: int, sms: int) -> int:
     """Parts the keys of one (sequence, key/value head) are split into: about two CTAs per
-    SM in all, at most one per 64 cache positions."""
+    SM in all, at most one per 64 cache positions and :data:`ATT_MAX_SPLITS`."""
     want = math.ceil(2 * sms / max(1, batch * kv_heads))
-    return max(1, min(want, math.ceil(positions / 64)))
+    return max(1, min(want, math.ceil(positions / 64), ATT_MAX_SPLITS))
 
 
 def decode_attention(q, k_cache, v_cache, pos, *, T: int, out=None, splits: int | None = None):
@@ -169,9 +176,10 @@ def decode_attention(q, k_cache, v_cache, pos, *, T: int, out=None, splits: int 
     if rmax is None or D not in HEAD_DIMS:
         raise ValueError(f"decode_attention: {R} query rows per head (at most {ATT_ROWS_MAX}), head dim {D}")
     sp = splits or attention_splits(B, Hkv, S, sm_count())
-    P = sp * ATT_WARPS
-    o_part = cp.empty((B * H * T * P, D), dtype=cp.float32)
-    ml = cp.empty((B * H * T * P, 2), dtype=cp.float32)
+    if not 1 <= sp <= ATT_MAX_SPLITS:
+        raise ValueError(f"decode_attention: splits must be 1..{ATT_MAX_SPLITS}, got {sp}")
+    o_part = cp.empty((B * H * T * sp, D), dtype=cp.float32)
+    ml = cp.empty((B * H * T * sp, 2), dtype=cp.float32)
     smem = _attn_smem(D, rmax)
     scale_log2 = np.float32(math.log2(math.e) / math.sqrt(D))
     launch(_fn(f"mt::attn_split<{D}, {rmax}>", smem), (sp, Hkv, B), (ATT_WARPS * 32,),

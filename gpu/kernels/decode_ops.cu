@@ -178,26 +178,29 @@ __device__ __forceinline__ int att_chunk(int L, int splits) {
 
 // grid (splits, Hkv, B), ATT_WARPS warps. q [B, H, T, D]; caches [Bc, Hkv, S, D]; row r of
 // the R = G*T rows of a key/value head is head h*G + r / T at position pos[r % T] and sees
-// keys 0..pos. Output part p = split * ATT_WARPS + warp of row (b, head, t):
-// o_part[((b*H + head)*T + t) * P + p][D], ml_part[... * P + p] = (max, sum) in the log2
-// domain, P = splits * ATT_WARPS.
+// keys 0..pos. Each warp takes tiles of 32 keys (K staged in shared memory with 16-byte
+// loads, the lane's slice of V in registers, all in flight at once); the warps' softmax states are merged in the CTA and
+// written as part ``split`` of row (b, head, t): o_part[(row * splits + split)][D] (not
+// normalised), ml_part[row * splits + split] = (max, sum) in the log2 domain.
 template <int D, int RMAX>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split(
     const __half* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
     const long long* __restrict__ pos, int T, int G, int Hkv, int S, float scale_log2,
     float* __restrict__ o_part, float2* __restrict__ ml_part) {
     constexpr int W = D / 2 + 1;     // words per staged key row (odd: no bank conflicts)
-    constexpr int DPL = D / 32;      // output dims per lane
+    constexpr int DPL = D / 32;      // output dims per lane (a lane's value slice: 8 bytes at D = 128)
+    static_assert(DPL == 4 || DPL == 2, "head dims 64 and 128");
     extern __shared__ float smem[];
-    float* qs = smem;                                   // [RMAX][D]
-    unsigned* ks_all = reinterpret_cast<unsigned*>(qs + RMAX * D);  // [warps][32][W]
-    float* ps_all = reinterpret_cast<float*>(ks_all + ATT_WARPS * 32 * W);  // [warps][RMAX][32]
+    float* qs = smem;                                                   // [RMAX][D]
+    unsigned* kv_all = reinterpret_cast<unsigned*>(qs + RMAX * D);      // [warps][32][W] keys
+    float* ps_all = reinterpret_cast<float*>(kv_all + ATT_WARPS * 32 * W);  // [warps][RMAX][32]
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int splits = gridDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int H = Hkv * G, R = G * T;
     const int L = att_length(pos, T);
     const int chunk = att_chunk(L, splits);
     const int start = split * chunk, end = min(start + chunk, L);
+    if (start >= end) return;  // no keys here (the combine reads only the splits that have some)
     const __half* qb = q + ((long long)b * H + (long long)h * G) * T * D;  // R consecutive rows
     for (int i = threadIdx.x; i < RMAX * D; i += ATT_WARPS * 32)
         qs[i] = i < R * D ? __half2float(qb[i]) : 0.f;
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split(
     for (int r = 0; r < RMAX; ++r) rpos[r] = r < R ? (int)pos[r % T] : -1;
     const __half* kb = kc + ((long long)b * Hkv + h) * S * D;
     const __half* vb = vc + ((long long)b * Hkv + h) * S * D;
-    unsigned* ks = ks_all + warp * 32 * W;
+    unsigned* ks = kv_all + warp * 32 * W;
     float* ps = ps_all + warp * RMAX * 32;
     float m[RMAX], l[RMAX], o[RMAX][DPL];
 #pragma unroll
@@ -217,14 +220,30 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split(
         for (int e = 0; e < DPL; ++e) o[r][e] = 0.f;
     }
     for (int j0 = start + warp * 32; j0 < end; j0 += ATT_WARPS * 32) {
-        // stage 32 keys: 16-byte loads, coalesced; 4-byte stores at an odd row stride
+        // the lane's slice of 32 values into registers and 32 keys staged in shared memory:
+        // every load of the tile in flight at once, the values' latency behind the scores
+        uint2 vreg[32];
+#pragma unroll
+        for (int kk = 0; kk < 32; ++kk) {
+            vreg[kk] = make_uint2(0, 0);
+            if (j0 + kk < end) {
+                const __half* src = vb + (long long)(j0 + kk) * D + lane * DPL;
+                if constexpr (DPL == 4) vreg[kk] = *reinterpret_cast<const uint2*>(src);
+                else vreg[kk].x = *reinterpret_cast<const unsigned*>(src);
+            }
+        }
+        uint4 kr[D / 8];
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
             const int c = i * 32 + lane, key = c / (D / 8), part = c % (D / 8);
-            uint4 val = make_uint4(0, 0, 0, 0);
-            if (j0 + key < end) val = *reinterpret_cast<const uint4*>(kb + (long long)(j0 + key) * D + part * 8);
-            unsigned* dst = ks + key * W + part * 4;
-            dst[0] = val.x; dst[1] = val.y; dst[2] = val.z; dst[3] = val.w;
+            kr[i] = make_uint4(0, 0, 0, 0);
+            if (j0 + key < end) kr[i] = *reinterpret_cast<const uint4*>(kb + (long long)(j0 + key) * D + part * 8);
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            const int c = i * 32 + lane, key = c / (D / 8), part = c % (D / 8);
+            unsigned* kd = ks + key * W + part * 4;
+            kd[0] = kr[i].x; kd[1] = kr[i].y; kd[2] = kr[i].z; kd[3] = kr[i].w;
         }
         __syncwarp();
         const int j = j0 + lane;
@@ -253,18 +272,15 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split(
         }
         __syncwarp();
         const int nk = min(32, end - j0);
-#pragma unroll 4
-        for (int kk = 0; kk < nk; ++kk) {
-            const __half* vr = vb + (long long)(j0 + kk) * D + lane * DPL;
-            float vf[DPL];
-            if constexpr (DPL == 4) {
-                const uint2 raw = *reinterpret_cast<const uint2*>(vr);
-                const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
-                const float2 c = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-                vf[0] = a.x; vf[1] = a.y; vf[2] = c.x; vf[3] = c.y;
-            } else {
 #pragma unroll
-                for (int e = 0; e < DPL; ++e) vf[e] = __half2float(vr[e]);
+        for (int kk = 0; kk < 32; ++kk) {
+            if (kk >= nk) break;
+            float vf[DPL];
+            const unsigned* vw = reinterpret_cast<const unsigned*>(&vreg[kk]);
+#pragma unroll
+            for (int e = 0; e < DPL / 2; ++e) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&vw[e]));
+                vf[2 * e] = f.x; vf[2 * e + 1] = f.y;
             }
 #pragma unroll
             for (int r = 0; r < RMAX; ++r) {
@@ -275,43 +291,88 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split(
         }
         __syncwarp();
     }
-    const int P = splits * ATT_WARPS, part = split * ATT_WARPS + warp;
+    // merge the warps: each writes (m, l, o) of its rows to shared memory (over the staging
+    // area), then warp w merges rows w, w + ATT_WARPS, ... and writes them
+    __syncthreads();
+    float* st = reinterpret_cast<float*>(kv_all);          // [warps][RMAX][D] outputs
+    float2* mls = reinterpret_cast<float2*>(ps_all);       // [warps][RMAX]
 #pragma unroll
     for (int r = 0; r < RMAX; ++r) {
         if (r >= R) break;
         const float ls = warp_sum(l[r]);
-        const long long row = ((long long)b * H + (long long)h * G + r / T) * T + (r % T);
-        float* op = o_part + (row * P + part) * D + lane * DPL;
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) op[e] = o[r][e];
-        if (lane == 0) ml_part[row * P + part] = make_float2(m[r], ls);
+        for (int e = 0; e < DPL; ++e) st[(warp * RMAX + r) * D + lane * DPL + e] = o[r][e];
+        if (lane == 0) mls[warp * RMAX + r] = make_float2(m[r], ls);
+    }
+    __syncthreads();
+    for (int r = warp; r < R; r += ATT_WARPS) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, mls[w * RMAX + r].x);
+        float Ls = 0.f, acc[DPL];
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[e] = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; ++w) {
+            const float2 ml = mls[w * RMAX + r];
+            if (ml.x == -INFINITY) continue;
+            const float wgt = exp2f(ml.x - M);
+            Ls += wgt * ml.y;
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) acc[e] = fmaf(wgt, st[(w * RMAX + r) * D + lane * DPL + e], acc[e]);
+        }
+        const long long row = ((long long)b * H + (long long)h * G + r / T) * T + (r % T);
+        float* op = o_part + (row * splits + split) * D + lane * DPL;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) op[e] = acc[e];
+        if (lane == 0) ml_part[row * splits + split] = make_float2(M, Ls);
     }
 }
 
 // grid (B*H*T), D threads: y [B, T, H, D] (row (b, head, t) of q's layout) in FP16. Only the
-// parts of the splits that held keys are read (the others were not written).
+// splits that held keys are read (the others wrote nothing). The parts' weights are computed
+// once in shared memory; each thread then sums its dimension over the parts.
+constexpr int ATT_MAX_SPLITS = 64;  // gpu/decode_ops.py keeps splits <= this <= D (one per thread)
+
 template <int D>
 __global__ void __launch_bounds__(D) attn_combine(const float* __restrict__ o_part,
                                                   const float2* __restrict__ ml_part,
                                                   const long long* __restrict__ pos, int T, int H,
                                                   int splits, __half* __restrict__ y) {
+    __shared__ float wgt[ATT_MAX_SPLITS];
+    __shared__ float red[D / 32];
     const long long row = blockIdx.x;  // (b*H + head)*T + t
     const int t = (int)(row % T), head = (int)((row / T) % H);
     const long long b = row / ((long long)T * H);
     const int L = att_length(pos, T);
     const int chunk = att_chunk(L, splits);
-    const int used = (L + chunk - 1) / chunk, P = splits * ATT_WARPS;
-    float M = -INFINITY;
-    for (int p = 0; p < used * ATT_WARPS; ++p) M = fmaxf(M, ml_part[row * P + p].x);
-    float lsum = 0.f, acc = 0.f;
-    for (int p = 0; p < used * ATT_WARPS; ++p) {
-        const float2 ml = ml_part[row * P + p];
-        if (ml.x == -INFINITY) continue;
-        const float wgt = exp2f(ml.x - M);
-        lsum += wgt * ml.y;
-        acc += wgt * o_part[(row * P + p) * D + threadIdx.x];
-    }
-    y[((b * T + t) * H + head) * D + threadIdx.x] = __float2half_rn(lsum > 0.f ? acc / lsum : 0.f);
+    const int used = (L + chunk - 1) / chunk;
+    const int tid = threadIdx.x;
+    float2 ml = make_float2(-INFINITY, 0.f);
+    if (tid < used) ml = ml_part[row * splits + tid];
+    float M = ml.x;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if ((tid & 31) == 0) red[tid >> 5] = M;
+    __syncthreads();
+    M = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) M = fmaxf(M, red[i]);
+    const float w = (tid < used && ml.x != -INFINITY) ? exp2f(ml.x - M) : 0.f;
+    if (tid < used) wgt[tid] = w;
+    float lw = w * ml.y;
+    __syncthreads();
+    lw = warp_sum(lw);
+    if ((tid & 31) == 0) red[tid >> 5] = lw;
+    __syncthreads();
+    float lsum = 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) lsum += red[i];
+    float acc = 0.f;
+    const float* op = o_part + row * splits * D + tid;
+#pragma unroll 8
+    for (int p = 0; p < used; ++p) acc = fmaf(wgt[p], op[(long long)p * D], acc);
+    y[((b * T + t) * H + head) * D + tid] = __float2half_rn(lsum > 0.f ? acc / lsum : 0.f);
 }
 
 }  // namespace mt

@@ -20,6 +20,7 @@ HEADERS = {'engine_traits_header': '1c3f57a9fefcc49bb921226bed09ae1bd556c792d1b2
  'reset_header': 'fda2acc9fd2c1e565bbd10009220ea1cd69449663c2cd734d65f87fd751b0747',
  'traits_header': '067c10b8a73bf1606b534b5efb9070f3240d4d6a5b5c6a46dd4432422a137bbc'}
 SOURCES = ['31b726a7dd2274ba282d',
+           '46ab454ff995cd96690c',
            '88b314e1ab01a5183ba8',
            '9639fbdee2400b53103a',
            'a87e9b1bb459fe527255',
