@@ -269,7 +269,8 @@ def write_safetensors(path, tensors: list[tuple[str, str, tuple[int, ...], Calla
             if a.dtype != DTYPES[dtype] or a.shape != shape:
                 raise CheckpointError(f"tensor {n!r}: produced {a.dtype} {a.shape}, declared "
                                       f"{dtype} {shape}")
-            fh.write(a.tobytes(order="C"))
+            if a.nbytes:  # the array's own bytes, not a copy
+                fh.write(memoryview(np.ascontiguousarray(a)).cast("B"))
     return 8 + len(head) + off
 
 

@@ -192,8 +192,9 @@ def recode_layer(p: PackedLayer, fmt, out_order: NibbleOrder, *, threads: int | 
         return np.bincount(idx.reshape(-1), minlength=n_keys * 256)
 
     counts = sum(_run(bounds, apply, threads))
-    noise = math.fsum((counts * err_b).tolist())
-    signal = math.fsum((counts * sig_b).tolist())
+    seen = np.flatnonzero(counts)
+    noise = math.fsum((counts[seen] * err_b[seen]).tolist())
+    signal = math.fsum((counts[seen] * sig_b[seen]).tolist())
     mse = noise / (nblk * bs)
     sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
     return (out.reshape(p.packed.shape), new_scales.reshape(p.scales.shape), qs.tensor_scale,
