@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import threading
 
 import numpy as np
 
@@ -184,14 +185,19 @@ def recode_layer(p: PackedLayer, fmt, out_order: NibbleOrder, *, threads: int | 
     scale_by_key = np.zeros(256 * _N_MAGS, dtype=scale_lut.dtype)
     scale_by_key[present] = scale_lut
 
+    counts = np.zeros(n_keys * 256, dtype=np.int64)
+    lock = threading.Lock()
+
     def apply(lo, hi):
         kb = key[lo:hi]
         idx = dense.take(kb)[:, None] | packed[lo:hi]
         byte_lut.take(idx, out=out[lo:hi])
         scale_by_key.take(kb, out=new_scales[lo:hi])
-        return np.bincount(idx.reshape(-1), minlength=n_keys * 256)
+        c = np.bincount(idx.reshape(-1), minlength=n_keys * 256)
+        with lock:
+            np.add(counts, c, out=counts)
 
-    counts = sum(_run(bounds, apply, threads))
+    _run(bounds, apply, threads)
     seen = np.flatnonzero(counts)
     noise = math.fsum((counts[seen] * err_b[seen]).tolist())
     signal = math.fsum((counts[seen] * sig_b[seen]).tolist())
