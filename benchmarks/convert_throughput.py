@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -71,19 +70,27 @@ def make_checkpoint(folder: Path, *, layers: int, rows: int, cols: int, shard_mb
 
 
 def run_convert(src: Path, out: Path, to: str, golden: bool = False) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "mactile", "convert", str(src), str(out), "--to", to,
-                        "--quiet"] + (["--golden"] if golden else []), capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """One ``mactile convert`` child: its wall time, and its own CPU time and peak RSS
+    (``os.wait4`` of that child, not the running maximum over every child)."""
+    cmd = [sys.executable, "-m", "mactile", "convert", str(src), str(out), "--to", to,
+           "--quiet"] + (["--golden"] if golden else [])
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=so, stderr=se, text=True)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read(), se.read()
     if p.returncode != 0:
-        raise SystemExit(f"convert failed ({p.returncode}): {p.stderr.strip()}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        raise SystemExit(f"convert failed ({p.returncode}): {stderr.strip()}")
     return {"to": to + (" --golden" if golden else ""), "wall_s": round(wall, 3),
-            "cpu_s": round(cpu, 3),
-            # ru_maxrss of the children is the largest of any child so far (KiB on Linux)
-            "peak_rss_mib": round(after.ru_maxrss / 1024, 1), "summary": p.stdout.strip().splitlines()}
+            "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),  # KiB on Linux
+            "loadavg_start": round(load, 2),
+            "summary": stdout.strip().splitlines()}
 
 
 def render(res: dict) -> str:
@@ -94,13 +101,16 @@ def render(res: dict) -> str:
              f"{info['shape'][0]} x {info['shape'][1]}, {info['bytes'] / 1e6:.0f} MB in "
              f"{info['shards']} shards; {m['cpus']} CPUs, load average at start "
              f"{m['loadavg_start'][0]:.1f} (other jobs shared the cores: CPU s is the time "
-             f"convert itself got). Written by benchmarks/convert_throughput.py on {res['date']}.", "",
-             "| --to | wall s | MB/s (wall) | CPU s | MB per CPU s | peak RSS MiB | largest tensor MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             f"convert itself got, its peak RSS its own). Written by benchmarks/convert_throughput.py on {res['date']}.", "",
+             "| --to | wall s | MB/s (wall) | CPU s | MB per CPU s | peak RSS MiB | largest tensor MiB "
+             "| load at its start |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in res["runs"]:
+        load = r.get("loadavg_start")
         lines.append(f"| {r['to']} | {r['wall_s']:.1f} | {r['mb_per_s']:.1f} | {r['cpu_s']:.1f} "
                      f"| {info['bytes'] / 1e6 / r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} "
-                     f"| {info['largest_tensor_bytes'] / 2**20:.0f} |")
+                     f"| {info['largest_tensor_bytes'] / 2**20:.0f} "
+                     f"| {'' if load is None else f'{load:.1f}'} |")
     return "\n".join(lines) + "\n"
 
 

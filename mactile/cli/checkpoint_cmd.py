@@ -3,7 +3,9 @@
 ``convert IN OUT --to FORMAT`` re-encodes every quantized layer of a checkpoint file or
 folder in another mactile format and writes it in a layout that loads back; ``inspect CKPT``
 lists every tensor with its layout, format, shape, bytes and error statistics. Both read
-one tensor at a time (:mod:`mactile.golden.checkpoints`) and write atomically.
+one tensor at a time (:mod:`mactile.golden.checkpoints`) and write atomically; convert
+re-encodes a few layers ahead on worker threads, through the bit-exact fast paths of
+:mod:`mactile.fast` unless ``--golden``.
 """
 from __future__ import annotations
 
