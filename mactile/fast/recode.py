@@ -187,6 +187,9 @@ def recode_layer(p: PackedLayer, fmt, out_order: NibbleOrder, *, threads: int | 
 
     counts = np.zeros(n_keys * 256, dtype=np.int64)
     lock = threading.Lock()
+    # chunks of at least 4 code bytes per count bin: each chunk's counts are summed once
+    step = max(step, 4 * counts.size // nbytes)
+    bounds = [(lo, min(nblk, lo + step)) for lo in range(0, nblk, step)]
 
     def apply(lo, hi):
         kb = key[lo:hi]
