@@ -5,11 +5,12 @@ Writes a compressed-tensors ``nvfp4-pack-quantized`` checkpoint of about ``--siz
 2**-2..2**2, a global scale; sharded at ``--shard-mb`` with its index JSON), then runs
 ``mactile convert IN OUT --to FORMAT`` once per format as a subprocess and records its
 wall time, MB/s (checkpoint bytes read per second) and peak RSS (the child's
-``ru_maxrss``), next to the largest tensor's size. Prints the figures and, with ``--out``,
-writes them as JSON and Markdown.
+``ru_maxrss``), next to the largest tensor's size; ``--golden FORMAT ...`` also runs those
+formats with ``convert --golden`` (the golden NumPy models only, the reference path). Prints
+the figures and, with ``--out``, writes them as JSON and Markdown.
 
-    python benchmarks/convert_throughput.py --size-mb 1024 --to nvfp4 razer \\
-        --out docs/results/convert_throughput
+    python benchmarks/convert_throughput.py --size-mb 1024 --to nvfp4 mxfp4 razer \\
+        --golden nvfp4 --out docs/results/convert_throughput
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -69,19 +69,28 @@ def make_checkpoint(folder: Path, *, layers: int, rows: int, cols: int, shard_mb
             "largest_tensor_bytes": rows * cols // 2, "layer_elements": rows * cols}
 
 
-def run_convert(src: Path, out: Path, to: str) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "mactile", "convert", str(src), str(out), "--to", to,
-                        "--quiet"], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run_convert(src: Path, out: Path, to: str, golden: bool = False) -> dict:
+    """One ``mactile convert`` child: its wall time, and its own CPU time and peak RSS
+    (``os.wait4`` of that child, not the running maximum over every child)."""
+    cmd = [sys.executable, "-m", "mactile", "convert", str(src), str(out), "--to", to,
+           "--quiet"] + (["--golden"] if golden else [])
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=so, stderr=se, text=True)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read(), se.read()
     if p.returncode != 0:
-        raise SystemExit(f"convert failed ({p.returncode}): {p.stderr.strip()}")
-    return {"to": to, "wall_s": round(wall, 3), "cpu_s": round((after.ru_utime + after.ru_stime)
-                                                             - (before.ru_utime + before.ru_stime), 3),
-            # ru_maxrss of the children is the largest of any child so far (KiB on Linux)
-            "peak_rss_mib": round(after.ru_maxrss / 1024, 1), "summary": p.stdout.strip().splitlines()}
+        raise SystemExit(f"convert failed ({p.returncode}): {stderr.strip()}")
+    return {"to": to + (" --golden" if golden else ""), "wall_s": round(wall, 3),
+            "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),  # KiB on Linux
+            "loadavg_start": round(load, 2),
+            "summary": stdout.strip().splitlines()}
 
 
 def render(res: dict) -> str:
@@ -92,13 +101,16 @@ def render(res: dict) -> str:
              f"{info['shape'][0]} x {info['shape'][1]}, {info['bytes'] / 1e6:.0f} MB in "
              f"{info['shards']} shards; {m['cpus']} CPUs, load average at start "
              f"{m['loadavg_start'][0]:.1f} (other jobs shared the cores: CPU s is the time "
-             f"convert itself got). Written by benchmarks/convert_throughput.py on {res['date']}.", "",
-             "| --to | wall s | MB/s (wall) | CPU s | MB per CPU s | peak RSS MiB | largest tensor MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             f"convert itself got, its peak RSS its own). Written by benchmarks/convert_throughput.py on {res['date']}.", "",
+             "| --to | wall s | MB/s (wall) | CPU s | MB per CPU s | peak RSS MiB | largest tensor MiB "
+             "| load at its start |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in res["runs"]:
+        load = r.get("loadavg_start")
         lines.append(f"| {r['to']} | {r['wall_s']:.1f} | {r['mb_per_s']:.1f} | {r['cpu_s']:.1f} "
                      f"| {info['bytes'] / 1e6 / r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} "
-                     f"| {info['largest_tensor_bytes'] / 2**20:.0f} |")
+                     f"| {info['largest_tensor_bytes'] / 2**20:.0f} "
+                     f"| {'' if load is None else f'{load:.1f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -116,6 +128,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--shard-mb", type=float, default=500.0)
     ap.add_argument("--to", nargs="+", default=["nvfp4"])
+    ap.add_argument("--golden", nargs="*", default=[], metavar="FORMAT",
+                    help="formats also converted with --golden (the reference path)")
     ap.add_argument("--workdir", help="where the checkpoints go (default: a temporary folder)")
     ap.add_argument("--out", help="write OUT.json and OUT.md")
     ap.add_argument("--render", metavar="FILE.json", help="only rewrite FILE.md from a saved result")
@@ -123,6 +137,7 @@ def main(argv=None) -> int:
     if args.render:
         write_results(json.loads(Path(args.render).read_text()), args.render[: -len(".json")])
         return 0
+    load_start = os.getloadavg()
     per_layer = args.rows * args.cols * (0.5 + 1 / 16)
     layers = max(1, round(args.size_mb * 1e6 / per_layer))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mactile-convert-bench-"))
@@ -133,13 +148,13 @@ def main(argv=None) -> int:
                                shard_mb=args.shard_mb)
         info["write_s"] = round(time.perf_counter() - t0, 2)
         runs = []
-        for to in args.to:
-            out = work / f"out-{to}"
-            r = run_convert(src, out, to)
+        for to, golden in [(t, False) for t in args.to] + [(t, True) for t in args.golden]:
+            out = work / f"out-{to}{'-golden' if golden else ''}"
+            r = run_convert(src, out, to, golden)
             r["mb_per_s"] = round(info["bytes"] / 1e6 / r["wall_s"], 2)
             r["output_bytes"] = sum(p.stat().st_size for p in out.iterdir())
             runs.append(r)
-            print(f"convert --to {to}: {info['bytes'] / 1e6:.0f} MB in {r['wall_s']:.1f} s = "
+            print(f"convert --to {r['to']}: {info['bytes'] / 1e6:.0f} MB in {r['wall_s']:.1f} s = "
                   f"{r['mb_per_s']:.1f} MB/s, peak RSS {r['peak_rss_mib']:.0f} MiB "
                   f"(largest tensor {info['largest_tensor_bytes'] / 2**20:.0f} MiB)", flush=True)
             shutil.rmtree(out)
@@ -147,7 +162,7 @@ def main(argv=None) -> int:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
     res = {"benchmark": "convert_throughput", "checkpoint": info, "runs": runs,
-           "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
+           "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start,
                        "python": platform.python_version(), "numpy": np.__version__,
                        "MACTILE_THREADS": os.environ.get("MACTILE_THREADS")},
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -46,7 +46,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -58,7 +58,8 @@ __all__ = [
     "CheckpointError", "NibbleOrder", "GlobalScale", "Padding", "DequantOrder", "ModelDtype",
     "NegativeZeroCode",
     "Layout", "LAYOUTS", "TensorEntry", "SafetensorsFile", "Checkpoint", "LayerWeight",
-    "PlainTensor", "read_layer", "layer_tensors", "layer_specs", "layer_from_quantized", "dequantize_layer",
+    "PlainTensor", "read_layer", "layer_tensors", "PackedLayer", "read_packed_layer",
+    "packed_layer_tensors", "layer_specs", "layer_from_quantized", "dequantize_layer",
     "requant_error", "write_safetensors", "PlannedFile", "write_planned", "roundtrip_files", "detect_layout", "bf16_to_float32",
     "float32_to_bf16", "MAX_HEADER_BYTES", "INDEX_NAME",
 ]
@@ -268,7 +269,8 @@ def write_safetensors(path, tensors: list[tuple[str, str, tuple[int, ...], Calla
             if a.dtype != DTYPES[dtype] or a.shape != shape:
                 raise CheckpointError(f"tensor {n!r}: produced {a.dtype} {a.shape}, declared "
                                       f"{dtype} {shape}")
-            fh.write(a.tobytes(order="C"))
+            if a.nbytes:  # the array's own bytes, not a copy
+                fh.write(memoryview(np.ascontiguousarray(a)).cast("B"))
     return 8 + len(head) + off
 
 
@@ -552,12 +554,55 @@ def _mactile_format(spec: dict):
     return get_format(spec["format"], **kw)
 
 
+@dataclass(frozen=True, eq=False)
+class PackedLayer:
+    """A quantized layer as stored, checked as :func:`read_layer` checks it, before its
+    codes are unpacked: ``packed`` holds the code bytes in the layout's nibble order and
+    shape, ``scales`` the scale words ``[..., n_blocks]``; the other attributes are those
+    of :class:`LayerWeight` (``shape`` the logical ``[..., K]``)."""
+
+    base: str
+    layout: Layout
+    format: Any
+    packed: np.ndarray
+    scales: np.ndarray
+    tensor_scale: np.float32 | None
+    shape: tuple[int, ...]
+    n_blocks: int
+    stored_global: np.float32 | None = None
+    carried: dict = field(default_factory=dict)
+
+    def unpacked(self) -> LayerWeight:
+        """The :class:`LayerWeight` (one code per byte, the last block zero-padded)."""
+        fmt, bs = self.format, self.format.block_size
+        lead, k = tuple(self.shape[:-1]), self.shape[-1]
+        codes = _unpack(self.packed, self.layout.nibble_order).reshape(lead + (k,))
+        kp = self.n_blocks * bs
+        if kp != k:  # a partial last block: zero codes (+0) after the stored elements
+            pad = np.zeros(lead + (kp,), dtype=np.uint8)
+            pad[..., :k] = codes
+            codes = pad
+        q = Quantized(format=fmt, shape=lead + (kp,),
+                      codes=codes.reshape(lead + (self.n_blocks, bs)),
+                      scales=self.scales, tensor_scale=self.tensor_scale)
+        return LayerWeight(base=self.base, layout=self.layout, quantized=q, shape=tuple(self.shape),
+                           stored_global=self.stored_global, carried=self.carried)
+
+
 def read_layer(base: str, layout: Layout, fetch: Callable[[str], tuple[TensorEntry, Callable]],
                where: str, mactile_spec: dict | None = None) -> LayerWeight:
     """Read one quantized layer into golden form, checking every tensor against the others.
 
     ``fetch(name)`` returns ``(entry, read)`` or raises KeyError; ``where`` names the file in
     messages.
+    """
+    return read_packed_layer(base, layout, fetch, where, mactile_spec).unpacked()
+
+
+def read_packed_layer(base: str, layout: Layout,
+                      fetch: Callable[[str], tuple[TensorEntry, Callable]], where: str,
+                      mactile_spec: dict | None = None) -> PackedLayer:
+    """:func:`read_layer`'s reading and checks, the codes left packed as stored.
     """
     def need(suffix):
         name = layout.tensor_name(base, suffix)
@@ -630,15 +675,7 @@ def read_layer(base: str, layout: Layout, fetch: Callable[[str], tuple[TensorEnt
                               f"{layout.name} has none")
     scales = np.asarray(sread())
     _check_scale_codes(scales, fmt, sname, where)
-    codes = _unpack(np.asarray(cread()), layout.nibble_order).reshape(tuple(lead) + (k,))
-    kp = n_blocks * bs
-    if kp != k:  # a partial last block: zero codes (+0) after the stored elements
-        pad = np.zeros(tuple(lead) + (kp,), dtype=np.uint8)
-        pad[..., :k] = codes
-        codes = pad
-    q = Quantized(format=fmt, shape=tuple(lead) + (kp,),
-                  codes=codes.reshape(tuple(lead) + (n_blocks, bs)),
-                  scales=scales.reshape(want), tensor_scale=tensor_scale)
+    packed = np.asarray(cread())
     carried = {}
     for suf in layout.carried_suffixes:
         name = layout.tensor_name(base, suf)
@@ -647,14 +684,19 @@ def read_layer(base: str, layout: Layout, fetch: Callable[[str], tuple[TensorEnt
         except KeyError:
             continue
         carried[name] = (e.dtype, np.asarray(r()))
-    return LayerWeight(base=base, layout=layout, quantized=q, shape=tuple(lead) + (k,),
-                       stored_global=stored, carried=carried)
+    return PackedLayer(base=base, layout=layout, format=fmt, packed=packed,
+                       scales=scales.reshape(want), tensor_scale=tensor_scale,
+                       shape=tuple(lead) + (k,), n_blocks=n_blocks, stored_global=stored,
+                       carried=carried)
 
 
 def _check_scale_codes(scales: np.ndarray, fmt, name: str, where: str) -> None:
     """Refuse NaN scale codes and negative E4M3 scales (the libraries would produce NaN or
     negative weights from them; no quantizer writes them)."""
     bad = None
+    top = {"nvfp4": 0x7F, "mxfp4": 0xFF}.get(fmt.name)  # below it: no NaN, no sign bit
+    if scales.size == 0 or (top is not None and int(scales.max()) < top):
+        return  # the usual case, in one pass
     if fmt.name in ("nvfp4",):
         bad = (scales & 0x7F) == 0x7F
         what = "the E4M3 NaN code"
@@ -700,32 +742,51 @@ def layer_tensors(w: LayerWeight) -> list[tuple[str, str, tuple[int, ...], Calla
     lay, q = w.layout, w.quantized
     bs = q.format.block_size
     lead, k = tuple(w.shape[:-1]), w.shape[-1]
-    specs = layer_specs(w.base, w.shape, q.format, lay, tensor_scale=q.tensor_scale is not None,
-                        carried=w.carried)
+    nb = q.scales.shape[-1]
+
+    def packed():
+        return _pack(q.codes.reshape(lead + (nb * bs,))[..., :k], lay.nibble_order)
+
+    return packed_layer_tensors(w.base, lay, q.format, w.shape, packed, q.scales, q.tensor_scale,
+                                stored_global=w.stored_global, carried=w.carried)
+
+
+def packed_layer_tensors(base: str, layout: Layout, fmt, shape: tuple[int, ...],
+                         packed: Callable[[], np.ndarray], scales: np.ndarray,
+                         tensor_scale: np.float32 | None, *, stored_global=None,
+                         carried: dict | None = None) -> list[tuple]:
+    """:func:`layer_tensors` of a layer whose codes are already packed: ``packed()``
+    returns the code bytes ``[..., K/2]`` in ``layout``'s nibble order (any shape of that
+    many bytes in row-major order); ``scales`` the scale words."""
+    carried = dict(carried or {})
+    specs = layer_specs(base, shape, fmt, layout, tensor_scale=tensor_scale is not None,
+                        carried=carried)
+    lead = tuple(shape[:-1])
     nb = specs[1][2][-1]
 
     def codes():
-        c = q.codes.reshape(lead + (nb * bs,))[..., :k]
-        p = _pack(c, lay.nibble_order)
-        return p.reshape(specs[0][2])
+        return np.asarray(packed()).reshape(specs[0][2])
 
-    def scales():
-        return np.asarray(q.scales, dtype=DTYPES[specs[1][1]]).reshape(lead + (nb,))
+    def scale_words():
+        return np.asarray(scales, dtype=DTYPES[specs[1][1]]).reshape(lead + (nb,))
 
-    producers = [codes, scales]
-    if len(specs) > 2 + len(w.carried):
-        g = _stored_global(w)
-        producers.append(lambda: np.full(lay.global_shape, g, dtype="<f4"))
-    producers += [(lambda arr=arr: arr) for _, arr in w.carried.values()]
+    producers = [codes, scale_words]
+    if len(specs) > 2 + len(carried):
+        g = _stored_global_of(layout, tensor_scale, stored_global)
+        producers.append(lambda: np.full(layout.global_shape, g, dtype="<f4"))
+    producers += [(lambda arr=arr: arr) for _, arr in carried.values()]
     return [spec + (p,) for spec, p in zip(specs, producers)]
 
 
 def _stored_global(w: LayerWeight) -> np.float32:
-    t = _F32(w.quantized.tensor_scale)
-    if w.layout.global_scale is GlobalScale.DIVIDE:
-        s = w.stored_global
-        if s is not None and _F32(_F32(1.0) / s) == t:
-            return s  # as read: g, whose inverse is T
+    return _stored_global_of(w.layout, w.quantized.tensor_scale, w.stored_global)
+
+
+def _stored_global_of(layout: Layout, tensor_scale, stored) -> np.float32:
+    t = _F32(tensor_scale)
+    if layout.global_scale is GlobalScale.DIVIDE:
+        if stored is not None and _F32(_F32(1.0) / stored) == t:
+            return stored  # as read: g, whose inverse is T
         return _F32(_F32(1.0) / t)  # named: the golden T written as fl32(1 / T)
     return t
 

@@ -3,10 +3,13 @@
 ``convert IN OUT --to FORMAT`` re-encodes every quantized layer of a checkpoint file or
 folder in another mactile format and writes it in a layout that loads back; ``inspect CKPT``
 lists every tensor with its layout, format, shape, bytes and error statistics. Both read
-one tensor at a time (:mod:`mactile.golden.checkpoints`) and write atomically.
+one tensor at a time (:mod:`mactile.golden.checkpoints`) and write atomically; convert
+re-encodes a few layers ahead on worker threads, through the bit-exact fast paths of
+:mod:`mactile.fast` unless ``--golden``.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import os
@@ -44,6 +47,9 @@ def register(sub) -> None:
     p.add_argument("--in-layout", choices=list(LAYOUTS), metavar="LAYOUT",
                    help="force the input's layout (default: from config.json or tensor names)")
     p.add_argument("--quiet", action="store_true", help="no per-layer progress lines")
+    p.add_argument("--golden", action="store_true",
+                   help="re-encode with the golden NumPy models only (the reference: the same "
+                        "bytes, several times slower)")
     p.set_defaults(func=run_convert)
 
     q = sub.add_parser(
@@ -144,11 +150,13 @@ def _check_output(args, is_folder: bool) -> Path:
 def run_convert(args) -> int:
     import numpy as np
 
-    from mactile.golden.block import InputError
+    from mactile import fast
+    from mactile.fast.recode import recode_layer
+    from mactile.golden.block import InputError, _threads
     from mactile.golden.checkpoints import (MACTILE_META_KEY, PlannedFile, dequantize_layer,
                                             layer_from_quantized, layer_specs, layer_tensors,
-                                            model_values, requant_error, write_planned)
-    from mactile.golden.fileio import publish_dir, temp_dir, umask
+                                            model_values, packed_layer_tensors, read_packed_layer,
+                                            requant_error)
 
     fmt = _target_format(args)
     ck, in_layout = _open(args.input, args.in_layout)
@@ -166,43 +174,73 @@ def run_convert(args) -> int:
     pending: dict[str, tuple] = {}  # output tensor name -> (name, dtype, shape, produce)
     report: list[dict] = []
     t0 = time.perf_counter()
-    done = [0]
+    quantize = fmt.quantize if args.golden else (lambda x: fast.quantize(fmt, x))
 
-    def convert_layer(base: str):
-        from mactile.golden.checkpoints import read_layer
-
+    def convert_layer(base: str, threads: int | None):
+        """The layer's output tensors and its report line (run on a worker thread)."""
         codes_name = in_layout.tensor_name(base, in_layout.codes_suffix)
-        w = read_layer(base, in_layout, ck.fetch, str(ck.where[codes_name].path), specs_in.get(base))
-        src = model_values(dequantize_layer(w, transpose=False), in_layout.model_dtype)
-        k = src.shape[-1]
-        kp = -(-k // fmt.block_size) * fmt.block_size
-        x = src if kp == k else np.concatenate(
-            [src, np.zeros(src.shape[:-1] + (kp - k,), dtype=np.float32)], axis=-1)
-        try:
-            q = fmt.quantize(x)
-        except InputError as e:
-            raise CliError(f"{args.input}: layer {base!r}: its dequantized weight cannot be "
-                           f"re-encoded: {e}") from None
-        mse, sqnr = requant_error(src, q)
-        nw = layer_from_quantized(base, q, lay, shape=src.shape,
-                                  carried=w.carried if lay.name == in_layout.name else None)
-        done[0] += 1
-        rec = {"layer": base, "shape": list(w.shape), "from": f"{w.format.name} ({in_layout.name})",
+        p = read_packed_layer(base, in_layout, ck.fetch, str(ck.where[codes_name].path),
+                              specs_in.get(base))
+        carried = p.carried if lay.name == in_layout.name else None
+        # Blocks that coincide: re-encoded from their codes through tables that the golden
+        # pipeline computes (mactile.fast.recode), the same bytes; else dequantized.
+        r = None if args.golden else recode_layer(p, fmt, lay.nibble_order, threads=threads)
+        if r is not None:
+            packed, scales, tensor_scale, mse, sqnr = r
+            tensors = packed_layer_tensors(base, lay, fmt, p.shape, lambda: packed, scales,
+                                           tensor_scale, carried=carried)
+        else:
+            w = p.unpacked()
+            src = model_values(dequantize_layer(w, transpose=False), in_layout.model_dtype)
+            k = src.shape[-1]
+            kp = -(-k // fmt.block_size) * fmt.block_size
+            x = src if kp == k else np.concatenate(
+                [src, np.zeros(src.shape[:-1] + (kp - k,), dtype=np.float32)], axis=-1)
+            try:
+                q = quantize(x)
+            except InputError as e:
+                raise CliError(f"{args.input}: layer {base!r}: its dequantized weight cannot be "
+                               f"re-encoded: {e}") from None
+            mse, sqnr = requant_error(src, q)
+            tensors = layer_tensors(layer_from_quantized(base, q, lay, shape=src.shape,
+                                                         carried=carried))
+        rec = {"layer": base, "shape": list(p.shape), "from": f"{p.format.name} ({in_layout.name})",
                "to": f"{fmt.name} ({lay.name})", "sqnr_db": round(sqnr, 3), "mse": mse}
-        report.append(rec)
-        if not args.quiet:
-            print(f"convert: [{done[0]}/{len(layer_names)}] {base} {list(w.shape)}: "
-                  f"{w.format.name} -> {fmt.name}, re-encoding error MSE {mse:.4g}, "
-                  f"SQNR {sqnr:.2f} dB",
-                  file=sys.stderr, flush=True)
-        for t in layer_tensors(nw):
-            pending[t[0]] = t
+        return rec, tensors
+
+    # Layers are converted in the order the writer asks for them, up to `workers` ahead of
+    # the one being written, each on a worker thread (NumPy releases the GIL): reading,
+    # re-encoding and writing overlap, and at most workers + 1 layers are held.
+    order: list[str] = []  # bases in write order (filled while planning)
+    workers = 1 if args.golden else _threads()
+    futures: dict = {}
+    pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 1 else None
+
+    submitted: set = set()
+
+    def result_of(base: str):
+        if pool is None:
+            return convert_layer(base, None)
+        i = position[base]
+        for b in order[i:i + workers + 1]:
+            if b not in submitted:
+                submitted.add(b)
+                futures[b] = pool.submit(convert_layer, b, 1)
+        return futures.pop(base).result()
 
     def produce_for(base: str, name: str):
         def produce():
             if name not in pending:
-                pending.clear()  # the previous layer is written: hold one layer at a time
-                convert_layer(base)
+                pending.clear()  # the previous layer is written
+                rec, tensors = result_of(base)
+                report.append(rec)
+                if not args.quiet:
+                    print(f"convert: [{len(report)}/{len(layer_names)}] {base} {rec['shape']}: "
+                          f"{rec['from'].split()[0]} -> {fmt.name}, re-encoding error MSE "
+                          f"{rec['mse']:.4g}, SQNR {rec['sqnr_db']:.2f} dB",
+                          file=sys.stderr, flush=True)
+                for t in tensors:
+                    pending[t[0]] = t
             return pending.pop(name)[3]()
         return produce
 
@@ -223,6 +261,7 @@ def run_convert(args) -> int:
             if base in seen_layers or name != in_layout.tensor_name(base, in_layout.codes_suffix):
                 continue  # the layer's tensors go where its codes were
             seen_layers.add(base)
+            order.append(base)
             cshape = e.shape
             if in_layout.grouped_codes:
                 shape = cshape[:-2] + (cshape[-2] * in_layout.block_size,)
@@ -246,6 +285,28 @@ def run_convert(args) -> int:
             pf.metadata = dict(pf.metadata or {})
             pf.metadata[MACTILE_META_KEY] = json.dumps(mactile_layers, sort_keys=True)
         files.append(pf)
+    position = {b: i for i, b in enumerate(order)}
+    try:
+        total_out = _write(args, ck, out, files, lay, fmt)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    dt = time.perf_counter() - t0
+    in_total = sum(f.size for f in ck.files)
+    print(f"converted {len(report)} layers of {args.input} ({in_layout.name}) to {fmt.describe()} "
+          f"in layout {lay.name} -> {args.output}: {in_total / 1e6:.4g} MB read, "
+          f"{total_out / 1e6:.4g} MB written in {dt:.3g} s ({in_total / 1e6 / max(dt, 1e-9):.3g} MB/s)")
+    worst = min(report, key=lambda r: r["sqnr_db"])
+    print(f"re-encoding error per layer: SQNR {min(r['sqnr_db'] for r in report):.2f} .. "
+          f"{max(r['sqnr_db'] for r in report):.2f} dB (worst {worst['layer']})")
+    return 0
+
+
+def _write(args, ck, out, files, lay, fmt) -> int:
+    """Write the planned files to ``out`` atomically; the bytes written."""
+    from mactile.golden.checkpoints import write_planned
+    from mactile.golden.fileio import publish_dir, temp_dir, umask
+
     total_out = 0
     if not ck.is_folder:
         with atomic_outputs(out, inputs=[args.input]) as (tmp,):
@@ -280,15 +341,7 @@ def run_convert(args) -> int:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    dt = time.perf_counter() - t0
-    in_total = sum(f.size for f in ck.files)
-    print(f"converted {len(report)} layers of {args.input} ({in_layout.name}) to {fmt.describe()} "
-          f"in layout {lay.name} -> {args.output}: {in_total / 1e6:.4g} MB read, "
-          f"{total_out / 1e6:.4g} MB written in {dt:.3g} s ({in_total / 1e6 / max(dt, 1e-9):.3g} MB/s)")
-    worst = min(report, key=lambda r: r["sqnr_db"])
-    print(f"re-encoding error per layer: SQNR {min(r['sqnr_db'] for r in report):.2f} .. "
-          f"{max(r['sqnr_db'] for r in report):.2f} dB (worst {worst['layer']})")
-    return 0
+    return total_out
 
 
 def _has_tensor_scale(fmt) -> bool:
