@@ -449,20 +449,26 @@ def reset_temperature_step(logits: torch.Tensor, step_end_mask: torch.Tensor, se
                              layout=KERNEL_LAYOUT)
     ids = _np(seq_ids).astype(np.int64)
     st = {name: _np(t).copy() for name, t in zip(_STATE, (count, sum_all, t0, step_sum, step_n, prev_end, ring))}
-    for b in range(B):
-        g.state[int(ids[b])] = {"count": int(st["count"][b]), "sum_all": float(st["sum_all"][b]),
-                                "t0": int(st["t0"][b]), "step_sum": float(st["step_sum"][b]),
-                                "step_n": int(st["step_n"][b]), "prev_end": bool(st["prev_end"][b]),
-                                "ring": st["ring"][b].astype(np.float64).copy()}
     z = _np(logits if logits.dtype in (torch.float16, torch.float32) else logits.float())
-    r = g.step(z, _np(step_end_mask).astype(bool), seq_ids=ids)
+    end = _np(step_end_mask).astype(bool)
+    parts = []
+    # one slot at a time: the state belongs to the slot (as in the kernel), not to the sequence
+    # id, which two slots may share (the id only seeds the random draws)
     for b in range(B):
-        s = g.state[int(ids[b])]
+        sid = int(ids[b])
+        g.state = {sid: {"count": int(st["count"][b]), "sum_all": float(st["sum_all"][b]),
+                         "t0": int(st["t0"][b]), "step_sum": float(st["step_sum"][b]),
+                         "step_n": int(st["step_n"][b]), "prev_end": bool(st["prev_end"][b]),
+                         "ring": st["ring"][b].astype(np.float64).copy()}}
+        parts.append(g.step(z[b:b + 1], end, seq_ids=ids[b:b + 1]))
+        s = g.state[sid]
         for name in _STATE[:-1]:
             st[name][b] = s[name]
         st["ring"][b] = s["ring"]
     for name, t in zip(_STATE, (count, sum_all, t0, step_sum, step_n, prev_end, ring)):
         t.copy_(torch.from_numpy(st[name]))
+    r = type(parts[0])(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                         ("tokens", "temperature", "entropy", "h_step", "h_bar", "tau")))
     return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in
                  (r.tokens, r.temperature, r.entropy, r.h_step, r.h_bar, r.tau))
 
