@@ -492,8 +492,13 @@ def resolve_library(pdk: str | None = None, liberty: str | os.PathLike | None = 
     LibraryError
         Both given, an unknown PDK name, or a missing/unreadable file.
     """
-    if pdk and liberty:
+    if pdk is not None and liberty is not None:
         raise LibraryError("give either --pdk or --liberty, not both")
+    # An empty value is a mistake (an unset shell variable), not "the default library".
+    if liberty is not None and not str(liberty).strip():
+        raise LibraryError("--liberty path is empty")
+    if pdk is not None and not pdk.strip():
+        raise LibraryError(f"--pdk name is empty; known: {', '.join(PDKS)}")
     if liberty:
         return load_library(liberty)
     pdk = pdk or DEFAULT_PDK
