@@ -476,6 +476,10 @@ def pdk_path(name: str) -> Path:
     spec = PDKS[name]
     if spec.system_path:
         return Path(spec.system_path)
+    env = os.environ.get("MACTILE_PDK_DIR")
+    if env and os.path.exists(env) and not os.path.isdir(env):
+        raise LibraryError(f"--pdk {name}: MACTILE_PDK_DIR={env!r} is not a folder; set it "
+                           f"to the folder holding {spec.filename}")
     d = pdk_dir()
     if d is None:
         raise LibraryError(

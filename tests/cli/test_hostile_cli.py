@@ -242,6 +242,26 @@ def test_refused_before_any_work(d, capsys, argv, status, pattern):
     assert snapshot(d) == before, "a file was created, changed or removed (the caches too)"
 
 
+@pytest.mark.parametrize("value, pattern", [
+    ("/dev/null", r"--pdk nangate45: MACTILE_PDK_DIR='/dev/null' is not a folder"),
+    ("{d}/x.npy", r"--pdk nangate45: MACTILE_PDK_DIR='{d}/x.npy' is not a folder"),
+    ("{d}/nope", r"--pdk nangate45: liberty file '{d}/nope/nangate45_typ.lib.gz' not found; set "
+                 r"MACTILE_PDK_DIR to the folder that holds it"),
+], ids=["device", "file", "missing"])
+@pytest.mark.parametrize("command", ["synth", "report"])
+def test_a_pdk_folder_that_is_not_one(d, capsys, monkeypatch, value, pattern, command):
+    """Before: a device or a file as MACTILE_PDK_DIR was reported as a missing liberty
+    file inside it ('/dev/null/nangate45_typ.lib.gz')."""
+    monkeypatch.setenv("MACTILE_PDK_DIR", value.replace("{d}", str(d)))
+    argv = (["synth", "mac-int4", "--pdk", "nangate45"] if command == "synth"
+            else ["report", "-o", str(d / "r"), "--pdk", "nangate45"])
+    before = snapshot(d)
+    rc, out, err = run(argv, capsys)
+    assert rc == 2, err
+    assert re.search(pattern.replace("{d}", re.escape(str(d))), err), err
+    assert "Traceback" not in err and snapshot(d) == before
+
+
 def test_a_merge_key_may_be_overridden(d, capsys):
     """YAML's `<<` merge is not a duplicate: the explicit key wins, as YAML says."""
     rc, out, err = run(["generate", "mac-int4", "--config", str(d / "merge-ok.yaml"),
