@@ -97,7 +97,18 @@ bench-sweep: install
 
 # Also the simulation builds (sim_build/, or $$MACTILE_SIM_BUILD) and the synthesis cache
 # ($$MACTILE_CACHE_DIR, else $$XDG_CACHE_HOME/mactile or ~/.cache/mactile).
+# A folder that holds more than mactile's files is refused, not removed: /, $$HOME, this
+# checkout or a folder above it (MACTILE_CACHE_DIR=$$HOME would have removed the home folder).
+# Every path is checked before any is removed.
+SAFE_RM = safe_rm() { h=$$(cd "$$HOME" 2>/dev/null && pwd -P || echo "$$HOME"); here=$$(pwd -P); \
+	for d in "$$@"; do [ -e "$$d" ] || continue; \
+	  r=$$(cd "$$d" 2>/dev/null && pwd -P || echo "$$d"); \
+	  case "$$here/" in "$$r"/*) bad=1;; *) bad=;; esac; \
+	  if [ "$$r" = / ] || [ "$$r" = "$$h" ] || [ -n "$$bad" ]; then \
+	    echo "make clean: refusing to remove '$$d' ($$r): it holds more than mactile's files;" \
+	      "nothing removed" >&2; return 2; fi; done; rm -rf -- "$$@"; }
+
 clean:
-	rm -rf "$${MACTILE_SIM_BUILD:-sim_build}"
-	rm -rf "$${MACTILE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/mactile}"
-	rm -rf $(VENV) out .pytest_cache build *.egg-info
+	@$(SAFE_RM); safe_rm "$${MACTILE_SIM_BUILD:-sim_build}" \
+	  "$${MACTILE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/mactile}" \
+	  $(VENV) out .pytest_cache build *.egg-info

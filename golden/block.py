@@ -61,9 +61,14 @@ def check_input(x, block_size: int, *, name: str) -> np.ndarray:
     ------
     InputError
         For a non-floating dtype (integer, complex, bool, object), a 0-d array, NaN or
-        Inf (the first offending index is named), or a last axis that the block size does
-        not divide.
+        Inf (the first offending index is named), a last axis that the block size does
+        not divide, or a masked array with masked values (the mask would be lost).
     """
+    if isinstance(x, np.ma.MaskedArray) and np.ma.getmaskarray(x).any():
+        # np.asarray drops the mask: the masked entries' stored values would be quantized.
+        raise InputError(f"{name}: a masked array with {int(np.ma.getmaskarray(x).sum())} "
+                         f"masked value(s); the mask would be ignored: fill them "
+                         f"(x.filled(0.0)) or pass x.data if intended")
     a = np.asarray(x)
     if a.dtype.kind == "c":
         raise InputError(f"{name}: complex input (dtype {a.dtype}) is not supported; "

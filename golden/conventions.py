@@ -178,6 +178,9 @@ class Convention:
             v = getattr(self, f.name)
             kind = _KINDS[f.name]
             if kind is bool:
+                if isinstance(v, np.bool_):  # a NumPy scalar, stored as a Python bool
+                    v = bool(v)
+                    object.__setattr__(self, f.name, v)
                 if not isinstance(v, bool):
                     raise ValueError(f"convention option {f.name} must be True or False, got {v!r}")
             elif kind is float:
@@ -287,8 +290,16 @@ def convention_for(fmt_name: str, preset: str | None = None, **options) -> Conve
         value out of range, or an option the format does not take.
     """
     preset = "ocp" if preset is None else preset
+    if not isinstance(preset, str):  # a list or dict is not a name (and not hashable)
+        raise TypeError(f"convention must be a preset name ({', '.join(PRESETS)}), got "
+                        f"{preset!r} ({type(preset).__name__})")
     if preset not in PRESETS:
         raise ValueError(f"unknown convention {preset!r}; choose {', '.join(PRESETS)}")
+    unknown = set(options) - set(_KINDS)
+    if unknown:  # before "has no convention options": `threshold=2` is no convention option
+        raise ValueError(f"{fmt_name}: unknown option(s) {', '.join(sorted(unknown))}; "
+                         f"get_format takes block_size, special_values, select, bits, "
+                         f"convention and the convention options {', '.join(_KINDS)}")
     if fmt_name not in OPTIONS:
         if options or preset != "ocp":
             raise ValueError(f"{fmt_name} has no convention options (only "
@@ -297,10 +308,6 @@ def convention_for(fmt_name: str, preset: str | None = None, **options) -> Conve
     if fmt_name not in PRESETS[preset]:
         raise ValueError(f"the {preset} convention has no {fmt_name} quantizer ({preset} "
                          f"implements {', '.join(PRESETS[preset])} only)")
-    unknown = set(options) - set(_KINDS)
-    if unknown:
-        raise ValueError(f"unknown convention option(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(_KINDS)}")
     for k in options:
         if k not in OPTIONS[fmt_name]:
             raise ValueError(_not_applicable(fmt_name, k))

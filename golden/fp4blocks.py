@@ -310,7 +310,10 @@ class _TwoLevelFP4(BlockFormat):
                 np.copyto(scaled, x32, where=x32 == 0)
         zero = ~(denom > 0)
         if zero.any():
-            np.copyto(scaled, _F32(0.0), where=zero[:, None])  # scale 0: the block holds zeros
+            # Scale 0: the block holds zeros, each with its input's sign (an all -0 block
+            # keeps -0 under negative_zero=keep, as every element of a non-zero scale does;
+            # the negative_zero options then apply as they do to any zero).
+            np.copyto(scaled, np.copysign(_F32(0.0), x32), where=zero[:, None])
         return s_code, s_val, scaled
 
     def _quantize_blocks(self, xb, ctx):

@@ -58,6 +58,9 @@ def get_format(name: str, *, block_size: int | None = None,
         if isinstance(special_values, (str, bytes)) or not hasattr(special_values, "__iter__"):
             raise TypeError(f"special_values must be a sequence of numbers, got "
                             f"{special_values!r}")
+        if isinstance(special_values, (set, frozenset, dict)):  # which is A, which is B?
+            raise TypeError(f"special_values must be an ordered pair (a tuple or list), got "
+                            f"a {type(special_values).__name__}: {special_values!r}")
         vals = tuple(special_values)
         if cls in (RaZeR, RaZeRG128):
             if len(vals) != 2:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mactile.golden.fileio import atomic_write
+from mactile.golden.tooltext import tool_failure
 from .bench import Mismatch, Scoreboard, Vectors
 from .benches import bench_path, load_bench
 from .hdl import PUBLIC_PORTS_VLT, WRAPPER_TOP, Layout, burst_wrapper, generate
@@ -41,6 +42,9 @@ ACTIVITY_FORMATS = {"verilator": ("saif", "vcd"), "icarus": ("vcd",)}
 #: cost is per clock (VPI and the C++ clock), so lanes multiply its rate; Icarus's VPI
 #: transfers of wide values grow faster than their width, so it wants narrow bursts.
 DEFAULT_SHAPE = {"verilator": (16, 256), "icarus": (1, 32)}
+#: Bounds of a run's shape: instances side by side, cycles per burst (the wrapper's counters
+#: are 32-bit Verilog), vectors (a stimulus of 2**24 vectors is about 100 MB per port).
+MAX_LANES, MAX_DEPTH, MAX_VECTORS = 1024, 1 << 16, 1 << 24
 BUILD_ENV = "MACTILE_SIM_BUILD"
 #: Clock period of the simulations (the value only matters to waveform viewers).
 PERIOD_NS = 10
@@ -293,11 +297,20 @@ def _build(sim: Simulator, component, lanes: int, depth: int, trace: str | None,
                                  defines={"MACTILE_DUMP": 1} if trace else {},
                                  timescale=("1ns", "1ps"), always=True, log_file=log)
         except (RuntimeError, SystemExit, subprocess.CalledProcessError) as e:
-            tail = log.read_text()[-3000:] if log.exists() else ""
-            raise RuntimeError(f"{sim.name} build of {gen.module} failed ({e}); "
-                               f"log {log}:\n{tail}") from None
+            # The tool's own error lines, not the command line (the wheel's paths) or a
+            # Python traceback.
+            out = _read_log(log) or (str(e) if isinstance(e, RuntimeError) else "")
+            raise RuntimeError(tool_failure(sim.name, f"build of {gen.module}", out, log=log)
+                               ) from None
         stamp.write_text(key)
     return build_dir, layout, False, time.perf_counter() - t0
+
+
+def _read_log(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-20000:]
+    except OSError:
+        return ""
 
 
 def _test_runner(sim: str, trace: str | None):
@@ -393,11 +406,17 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
         lanes = 1 if activity else (preferred or DEFAULT_SHAPE[sim][0])
     if depth is None:
         depth = DEFAULT_SHAPE[sim][1]
-    for name, v in (("lanes", lanes), ("depth", depth)):
+    for name, v, top in (("lanes", lanes, MAX_LANES), ("depth", depth, MAX_DEPTH)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if vectors is not None and (not isinstance(vectors, int) or vectors < 1):
+        if v > top:
+            raise ValueError(f"{name} must be at most {top}, got {v}")
+    if vectors is not None and (not isinstance(vectors, int) or isinstance(vectors, bool)
+                                or vectors < 1):
         raise ValueError(f"vectors must be a positive integer, got {vectors!r}")
+    if vectors is not None and vectors > MAX_VECTORS:
+        raise ValueError(f"vectors must be at most {MAX_VECTORS} (limit MAX_VECTORS), got "
+                         f"{vectors}")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     simulator = require(sim)
@@ -461,12 +480,12 @@ def run(design, *, suite: str | None = None, vectors: int | None = None, seed: i
                         timescale=("1ns", "1ps") if sim != "verilator" else None,
                         results_xml=str(tdir / "results.xml"), log_file=log)
         except SystemExit as e:
-            raise RuntimeError(f"{sim} run failed (exit {e.code}); log {log}:\n"
-                               f"{log.read_text()[-3000:] if log.exists() else ''}") from None
+            raise RuntimeError(tool_failure(sim, f"run of {d.name} (exit {e.code})",
+                                            _read_log(log), log=log)) from None
     process_s = time.perf_counter() - t0
     if not (tdir / "response.npy").exists():
-        raise RuntimeError(f"{sim} run left no responses; log {log}:\n"
-                           f"{log.read_text()[-3000:] if log.exists() else ''}")
+        raise RuntimeError(tool_failure(sim, f"run of {d.name}", _read_log(log), log=log)
+                           .replace(" failed: ", " left no responses: ", 1))
     timing = json.loads((tdir / "timing.json").read_text())
 
     t0 = time.perf_counter()

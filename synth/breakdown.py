@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 from .libraries import Library, cache_dir
 from .rtl import design_rtl
-from .tools import run_yosys
+from .tools import ToolError, run_yosys
 
 __all__ = ["area_breakdown"]
 
@@ -53,8 +54,16 @@ def area_breakdown(design: str, lib: Library, clock_ns: float, **overrides) -> d
         (work / "design.v").write_text(rtl.verilog)
         # Relative: Yosys in WebAssembly sees only part of the file system (not /tmp).
         liberty = os.path.relpath(lib.path, work)
-        run_yosys(_SCRIPT.format(top=rtl.top, lib=liberty, dont_use=dont_use,
-                                 clock_ps=int(clock_ns * 1000)), work, "breakdown.log")
+        try:
+            run_yosys(_SCRIPT.format(top=rtl.top, lib=liberty, dont_use=dont_use,
+                                     clock_ps=int(clock_ns * 1000)), work, "breakdown.log")
+        except ToolError as e:
+            # The scratch folder goes away: keep its log where the message can name it.
+            kept = root / f"{rtl.top}-{lib.name}.failed.log"
+            if (work / "breakdown.log").exists():
+                shutil.copyfile(work / "breakdown.log", kept)
+            raise ToolError(str(e).replace(str(work / "breakdown.log"), str(kept))
+                            .replace(str(work), str(root))) from None
         mods = json.loads((work / "stat.json").read_text())["modules"]
     areas = {name.lstrip("\\"): float(m.get("area", 0.0)) for name, m in mods.items()}
     top = rtl.top

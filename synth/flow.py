@@ -38,7 +38,7 @@ from .pinpower import parse_pin_energies, power_at_rates
 from .activity import ActivityOptions, PortActivity, measure_port_activity, stimulus_for
 from .libraries import Library, cache_dir, clock_gate_cells, drive_constraint, flop_pins
 from .rtl import Rtl
-from .tools import SCRIPTS, StaTool, ToolError, find_sta, render_script, run_yosys, yosys_version
+from .tools import SCRIPTS, StaTool, ToolError, ToolMissing, find_sta, render_script, run_yosys, yosys_version
 
 __all__ = ["FlowOptions", "SynthResult", "synthesize", "check_equivalence", "FLOW_VERSION"]
 
@@ -164,7 +164,7 @@ def _activity_method(opts: ActivityOptions, sta: StaTool) -> str:
     if opts.method == "auto":
         return "vcd" if sta.has_read_vcd else "sim"
     if opts.method == "vcd" and not sta.has_read_vcd:
-        raise ToolError(f"--activity vcd needs an OpenSTA/OpenROAD with read_vcd; "
+        raise ToolMissing(f"--activity vcd needs an OpenSTA/OpenROAD with read_vcd; "
                         f"{sta.exe} ({sta.version}) has none")
     return opts.method
 
@@ -397,8 +397,8 @@ def synthesize(rtl: Rtl, lib: Library, opts: FlowOptions | None = None, *, compo
         # Keep the logs the error message points at, in a folder named after the run.
         failed = final.with_name(final.name + ".failed")
         publish_dir(work, failed, replace=True)
-        raise ToolError(f"{rtl.design} on {lib.name}: " + str(e).replace(str(work), str(failed))
-                        ) from None
+        raise type(e)(f"{rtl.design} on {lib.name}: " + str(e).replace(str(work), str(failed))
+                      ) from None
     except BaseException:  # Ctrl-C, SIGTERM (the CLI raises it as KeyboardInterrupt)
         shutil.rmtree(work, ignore_errors=True)
         raise

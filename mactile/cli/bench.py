@@ -71,7 +71,7 @@ def _check_paths(args):
         raise CliError(f"--name must be a file name stem without '/', got {args.name!r}")
     out = check_output_dir(args.out)
     table = None
-    if args.tuning_out:
+    if args.tuning_out is not None:
         path = check_output_file(args.tuning_out, what="--tuning-out file")
         if path.exists():
             try:

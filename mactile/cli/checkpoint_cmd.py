@@ -68,6 +68,8 @@ def register(sub) -> None:
 def _open(path, layout_name):
     from mactile.golden.checkpoints import Checkpoint
 
+    if not str(path):  # Path("") is the current folder
+        raise CliError("checkpoint path is empty")
     ck = Checkpoint(path)
     return ck, ck.layout(layout_name)
 
@@ -360,7 +362,7 @@ def run_inspect(args) -> int:
 
     from mactile.golden.checkpoints import LayerWeight, dequantize_layer, model_values, requant_error
 
-    if args.json:
+    if args.json is not None:
         check_output_file(args.json, inputs=[args.checkpoint], what="--json file")
     ck, layout = _open(args.checkpoint, args.layout)
     rows = []
@@ -404,7 +406,7 @@ def run_inspect(args) -> int:
                    "bytes": ck.entry(it.name).nbytes}
             print(f"  {it.name}  {it.dtype} (not quantized) {list(it.shape)} {row['bytes']} B")
         rows.append(row)
-    if args.json:
+    if args.json is not None:
         with atomic_outputs(args.json, inputs=[args.checkpoint], what="--json file") as (tmp,):
             tmp.write_text(json.dumps({"checkpoint": str(args.checkpoint),
                                        "layout": layout.name if layout else None,

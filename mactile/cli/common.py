@@ -42,6 +42,8 @@ def load_array(path: str | os.PathLike) -> np.ndarray:
     archive, a pickle) or whose header claims more data than the file holds is refused
     before any memory is allocated for it.
     """
+    if not str(path):  # Path("") is "." (a folder): say what was given
+        raise CliError("input path is empty")
     p = Path(path)
     shown = str(p)
     try:

@@ -64,16 +64,17 @@ def parse_param_flags(design, extra: list[str]) -> dict:
 
 def load_config(path: str) -> dict:
     """Parameter overrides from a YAML file, with errors that name the file."""
-    import yaml
+    from mactile.synth.sweep.spec import SpecError, read_text_file, read_yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise CliError(f"config file {path!r} does not exist" if not p.exists()
-                       else f"config {path!r} is not a file")
+    if not str(path):
+        raise CliError("config file path is empty")
+
+    # The sweep spec's reader: a regular file of at most 1 MiB, UTF-8, bounded aliases and
+    # nesting, no key given twice, one-line parse errors.
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise CliError(f"cannot parse {path!r} as YAML: {e}") from None
+        data = read_yaml(read_text_file(Path(path), what="config file"), path)
+    except SpecError as e:
+        raise CliError(str(e)) from None
     if data is None:
         return {}
     if isinstance(data, dict) and isinstance(data.get("params"), dict):
@@ -91,7 +92,7 @@ def resolve_design(args):
         design = get_design(args.design)
     except ValueError as e:
         raise CliError(str(e)) from None
-    overrides = load_config(args.config) if args.config else {}
+    overrides = load_config(args.config) if args.config is not None else {}
     try:
         design.resolve(**overrides)
     except (ValueError, TypeError) as e:

@@ -5,8 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-from mactile.cli.common import (MAX_CLOCK_NS, CliError, check_output_dir, positive_float,
-                                positive_int)
+from mactile.cli.common import (MAX_CLOCK_NS, CliError, FailedRun, check_output_dir,
+                                int_in, positive_float)
 from mactile.cli.synth_cmd import add_flow_args, flow_setup
 
 
@@ -27,7 +27,8 @@ def register(sub) -> None:
                    help="designs (default: every registered design but the hours-long "
                         "16 x 16 output-stationary tensor cores, about 8 min on 2 cores "
                         "with an empty cache, seconds when cached; 'all': every one)")
-    p.add_argument("--jobs", "-j", type=positive_int, default=None, metavar="N",
+    p.add_argument("--jobs", "-j", type=int_in(1, 1024, "positive integer"), default=None,
+                   metavar="N",
                    help="parallel synthesis jobs (default: the CPUs available)")
     p.add_argument("--paper", action="store_true",
                    help="the papers' tables side by side with ours (their libraries/clocks)")
@@ -93,7 +94,7 @@ def _have_matplotlib() -> bool:
 
 def _run_set(names, lib, opts, jobs, args):
     from mactile.synth.report import run_designs
-    from mactile.synth.tools import ToolError
+    from mactile.synth.tools import ToolError, ToolMissing
 
     _say(f"synthesizing {len(names)} design(s) on {lib.name} at {opts.clock_ns:g} ns "
          f"with {jobs} job(s)")
@@ -101,8 +102,10 @@ def _run_set(names, lib, opts, jobs, args):
     try:
         results = run_designs(names, lib, opts, jobs=jobs, use_cache=not args.no_cache,
                               progress=_say)
-    except (ToolError, ValueError) as e:
+    except (ToolMissing, ValueError) as e:
         raise CliError(str(e)) from None
+    except ToolError as e:  # the tool ran and failed: a failed run, its log named
+        raise FailedRun(str(e)) from None
     _say(f"done in {time.perf_counter() - t0:.1f} s")
     return results
 

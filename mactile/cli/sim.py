@@ -19,7 +19,7 @@ def register(sub) -> None:
     add_design_args(p)
     p.add_argument("--sim", choices=["verilator", "icarus"], default="verilator")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--vectors", type=positive_int, metavar="N",
+    size.add_argument("--vectors", type=int_in(1, 1 << 24, "positive integer"), metavar="N",
                       help="random vectors (with the named corner cases); default 65536")
     size.add_argument("--exhaustive", action="store_true",
                       help="every operand pair (the exhaustive suite)")
@@ -35,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("--instances", type=int_in(1, 1024, "positive integer"), metavar="N",
                    help="design instances simulated side by side, each with its own "
                         "stimulus (simulator default)")
-    p.add_argument("--depth", type=positive_int, metavar="N",
+    p.add_argument("--depth", type=int_in(1, 1 << 16, "positive integer"), metavar="N",
                    help="clock cycles per burst (simulator default)")
     p.add_argument("--out", metavar="DIR", help="run folder (default sim_build/DESIGN/runs/...)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
@@ -52,9 +52,9 @@ def run(args) -> int:
     if not bench_path(design):
         raise CliError(f"{design.name} has no testbench registered; it cannot be simulated")
     # Where the results go is checked before the simulation, not after it.
-    if args.json:
+    if args.json is not None:  # "" is an empty path (refused), not "no --json"
         check_output_file(args.json, what="--json file")
-    if args.out:
+    if args.out is not None:
         check_output_dir(args.out, what="--out folder")
     suite = args.suite or ("exhaustive" if args.exhaustive else None)
     try:
@@ -69,7 +69,7 @@ def run(args) -> int:
     except (ValueError, TypeError) as e:
         raise CliError(f"{design.name}: {e}") from None
     print(result.summary())
-    if args.json:
+    if args.json is not None:
         atomic_write(args.json, json.dumps(result.to_json(), indent=1, default=str) + "\n",
                      what="--json file")
     if not result.ok:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from mactile.cli.common import (CliError, FailedRun, check_output_dir, check_outputs,
-                                positive_int, seed_int)
+                                int_in, positive_int, seed_int)
 
 #: The sweep finished, every job is recorded and the report written, but at least one of
 #: the spec's jobs has no figures (failed, timeout or unproven).
@@ -42,7 +42,8 @@ def register(sub) -> None:
     p.add_argument("--cluster", metavar="tcp://HOST:PORT",
                    help="run the jobs on this Dask scheduler (default: the spec's cluster:, "
                         "else a local process pool); needs pip install 'mactile[sweep]'")
-    p.add_argument("--workers", "-j", type=positive_int, default=None, metavar="N",
+    p.add_argument("--workers", "-j", type=int_in(1, 1024, "positive integer"), default=None,
+                   metavar="N",
                    help="local pool size (default: the spec's workers:, else the CPUs)")
     p.add_argument("--random", type=positive_int, default=None, metavar="N",
                    help="run a random draw of N of the spec's configurations instead of its "

@@ -105,7 +105,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from mactile.synth.flow import DEFAULT_CLOCK_NS, synthesize
     from mactile.synth.rtl import component_rtl
-    from mactile.synth.tools import ToolError
+    from mactile.synth.tools import ToolError, ToolMissing
     from mactile.rtl.registry import get_design
 
     try:
@@ -113,12 +113,12 @@ def run(args) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     # Cheap checks first: the output folder and the parameters, then the library.
-    out = check_output_dir(args.output) if args.output else None
+    out = check_output_dir(args.output) if args.output is not None else None
     # Precedence as for generate and sim: defaults, --config, then --param and the
     # parameter flags (--terms 32).
     from mactile.cli.design_args import load_config, parse_param_flags
 
-    params = load_config(args.config) if args.config else {}
+    params = load_config(args.config) if args.config is not None else {}
     params.update(dict(_param(t) for t in args.param))
     params.update(parse_param_flags(design, getattr(args, "extra", [])))
     try:
@@ -140,8 +140,10 @@ def run(args) -> int:
     try:
         r = synthesize(rtl, lib, opts, component=component, group=design.group,
                        reference=design.reference, use_cache=not args.no_cache)
-    except ToolError as e:
+    except ToolMissing as e:
         raise CliError(str(e)) from None
+    except ToolError as e:  # the tool ran and failed: a failed run, its log named
+        raise FailedRun(str(e)) from None
     if out is not None:
         files = sorted(f for f in Path(r.workdir).iterdir() if f.is_file())
         with atomic_outputs(*(out / f.name for f in files), make_parents=True) as tmps:

@@ -214,21 +214,29 @@ def load_spec(path: str | Path, *, search: dict | None = None) -> Spec:
 
     ``search`` replaces the spec's ``search:`` (``mactile sweep --random N``)."""
     p = Path(path)
-    if not p.exists():
-        raise SpecError(f"sweep spec {str(p)!r} does not exist")
-    if not p.is_file():
-        raise SpecError(f"sweep spec {str(p)!r} is not a file")
-    if p.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(f"sweep spec {str(p)!r} is {p.stat().st_size} bytes; a spec may have "
-                        f"at most {MAX_SPEC_BYTES} (limit MAX_SPEC_BYTES)")
-    try:
-        text = p.read_text()
-    except UnicodeDecodeError:
-        raise SpecError(f"sweep spec {str(p)!r} is not a text (YAML) file") from None
+    text = read_text_file(p, what="sweep spec")
     data = read_yaml(text, str(p))
     if search is not None and isinstance(data, dict):
         data = {**data, "search": search}
     return parse_spec(data, source=str(p), text=text)
+
+
+def read_text_file(p: Path, *, what: str) -> str:
+    """The text of a YAML input file (a sweep spec, a design's ``--config``): a regular file
+    (no device or FIFO, which would block or never end) of at most :data:`MAX_SPEC_BYTES`,
+    UTF-8 text; :class:`SpecError` naming ``what`` and the path otherwise."""
+    p = Path(p)
+    if not p.exists():
+        raise SpecError(f"{what} {str(p)!r} does not exist")
+    if not p.is_file():
+        raise SpecError(f"{what} {str(p)!r} is not a file")
+    if p.stat().st_size > MAX_SPEC_BYTES:
+        raise SpecError(f"{what} {str(p)!r} is {p.stat().st_size} bytes; a spec may have "
+                        f"at most {MAX_SPEC_BYTES} (limit MAX_SPEC_BYTES)")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{what} {str(p)!r} is not a text (YAML) file") from None
 
 
 def read_yaml(text: str, source: str = "<spec>"):
@@ -252,11 +260,31 @@ def read_yaml(text: str, source: str = "<spec>"):
                                     f"a spec this large is refused (limit MAX_ALIASES)")
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):
+            # A key given twice is refused (PyYAML keeps the last one silently); keys merged
+            # in with `<<` may be overridden, as YAML says.
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                        key_node, yaml.ScalarNode):
+                    continue
+                k = key_node.value
+                if k in seen:
+                    raise SpecError(f"{source}: line {key_node.start_mark.line + 1}: key "
+                                    f"{k!r} is given twice (first on line {seen[k]}); give "
+                                    f"each key once")
+                seen[k] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
     try:
         data = yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise SpecError(f"cannot parse {source!r} as YAML: {e}") from None
+        # One line: PyYAML's message spans several, with the offending text quoted.
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise SpecError(f"cannot parse {source!r} as YAML: {problem}{where}") from None
     except RecursionError:
         raise SpecError(f"{source}: nested too deeply to read (limit {MAX_DEPTH} levels)"
                         ) from None
@@ -406,8 +434,8 @@ def parse_spec(data: Any, *, source: str = "<spec>", text: str = "") -> Spec:
             raise _err(source, "cluster", str(e).removeprefix("--cluster: ")) from None
     workers = data.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise _err(source, "workers", f"must be an integer >= 1, got {workers!r}")
+                                or not 1 <= workers <= 1024):
+        raise _err(source, "workers", f"must be an integer in [1, 1024], got {workers!r}")
     designs = data.get("designs")
     if not isinstance(designs, list) or not designs:
         raise _err(source, "designs", "must be a non-empty list of designs to sweep")

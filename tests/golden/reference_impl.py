@@ -9,9 +9,10 @@ the vectorised golden models, atol=0, on a few thousand blocks.
 
 Conventions the issue leaves open follow the golden models' documented choices (each is
 named where it is used): FP32 one operation at a time for the two-level scale pipeline, an
-all-zero tensor's tensor scale 1.0, a zero-scale NVFP4 block stored as +0 codes, the
-DialectFP4 shared-exponent field ``E`` with scale ``2**(max(E, 1) - 17)``, pair 7 for blocks
-whose maximum is below 4.0.
+all-zero tensor's tensor scale 1.0, a zero-scale NVFP4 block stored as zeros with its inputs'
+signs (a -0 input gives the -0 code, as with any other scale), the DialectFP4
+shared-exponent field ``E`` with scale ``2**(max(E, 1) - 17)``, pair 7 for blocks whose
+maximum is below 4.0.
 """
 from __future__ import annotations
 
@@ -170,7 +171,7 @@ def _two_level(x, *, scale_table, scale_max, candidates, special_zero):
             denom = d32 * s
             codes, vals = [], []
             for xj in b32:
-                sc = xj / denom if denom > 0 else f32(0.0)
+                sc = xj / denom if denom > 0 else np.copysign(f32(0.0), xj)  # signed zero
                 i = nearest_index(abs(sc), FP4)
                 neg = bool(np.signbit(sc))
                 code, val = (8 if neg else 0) | i, (-1 if neg else 1) * Fr(FP4[i])

@@ -169,7 +169,7 @@ def test_presets_and_their_differences():
     (lambda: get_format("dialectfp4", element_ties="away"), "dialectfp4 has no convention options"),
     (lambda: MXFP4(convention=Convention(tensor_scale=False)),
      "mxfp4: convention option tensor_scale=False does not apply (only nvfp4 takes it)"),
-    (lambda: convention_for("nvfp4", rounding="even"), "unknown convention option(s) rounding"),
+    (lambda: convention_for("nvfp4", rounding="even"), "nvfp4: unknown option(s) rounding"),
 ])
 def test_bad_options_are_refused(call, message):
     with pytest.raises(ValueError, match=None) as e:
