@@ -206,8 +206,8 @@ def _nvfp4_chunk(fmt, conv, t, flat, codes, scales, lo, hi):
             scaled = x32 * ((_F32(1.0) / t) / s_val)[:, None]
             np.copyto(scaled, x32, where=(bits & _ABS) == 0)
     zero = ~(denom > 0)
-    if zero.any():
-        scaled[zero] = _F32(0.0)
+    if zero.any():  # scale 0: zeros with their inputs' signs (golden's _TwoLevelFP4)
+        scaled[zero] = np.copysign(_F32(0.0), x32[zero])
     codes[lo:hi] = fp4_codes(scaled, bits, conv.element_ties, conv.negative_zero)
     scales[lo:hi] = s_code
 
