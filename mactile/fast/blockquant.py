@@ -83,13 +83,10 @@ def fp4_codes(scaled: np.ndarray, x_bits: np.ndarray | None, ties: ElementTies,
     return codes
 
 
-def _block_amax_bits(bits: np.ndarray) -> np.ndarray:
-    """Largest ``bits & 0x7FFFFFFF`` of each row (the bits of the row's largest
-    magnitude): neighbours pairwise while the width is even (contiguous pairs reduce
-    several times faster than columns of short rows), then the rest column by column."""
-    n = bits.shape[0]
-    m = (bits & _ABS).reshape(-1)
-    b = bits.shape[1]
+def row_max(m: np.ndarray, n: int, b: int) -> np.ndarray:
+    """Largest entry of each of the ``n`` rows of ``b`` entries in the flat array ``m``:
+    neighbours pairwise while the width is even (contiguous pairs reduce several times
+    faster than columns of short rows), then the rest column by column."""
     while b > 1 and b % 2 == 0:
         pairs = m.reshape(-1, 2)
         m = np.maximum(pairs[:, 0], pairs[:, 1])
@@ -99,6 +96,11 @@ def _block_amax_bits(bits: np.ndarray) -> np.ndarray:
     for j in range(1, b):
         np.maximum(out, m[:, j], out=out)
     return out
+
+
+def _block_amax_bits(bits: np.ndarray) -> np.ndarray:
+    """Largest ``bits & 0x7FFFFFFF`` of each row (the bits of the row's largest magnitude)."""
+    return row_max((bits & _ABS).reshape(-1), bits.shape[0], bits.shape[1])
 
 
 def supports(fmt, x=None) -> bool:

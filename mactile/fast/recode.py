@@ -41,6 +41,8 @@ from mactile.golden.checkpoints import (LayerWeight, NibbleOrder, PackedLayer, d
 from mactile.golden.elements import FP4_E2M1
 from mactile.golden.fp4blocks import MXFP4, NVFP4
 
+from .blockquant import row_max
+
 __all__ = ["recode_layer", "applies"]
 
 #: FP4 codes per element and the mask of the magnitude bits (from the element spec).
@@ -72,19 +74,10 @@ def _nibbles(order: NibbleOrder) -> tuple[np.ndarray, np.ndarray]:
 
 def _block_max_mag(packed: np.ndarray) -> np.ndarray:
     """Largest code magnitude (``code & 7``) of each row of code bytes: both nibbles'
-    magnitude bits at once, then neighbours pairwise."""
+    magnitude bits at once, then :func:`~mactile.fast.blockquant.row_max`."""
     n, b = packed.shape
     both = packed & np.uint8(_MAG_MASK | (_MAG_MASK << _NIBBLE))
-    m = np.maximum(both & np.uint8(0x0F), both >> np.uint8(_NIBBLE)).reshape(-1)
-    while b > 1 and b % 2 == 0:
-        pairs = m.reshape(-1, 2)
-        m = np.maximum(pairs[:, 0], pairs[:, 1])
-        b //= 2
-    m = m.reshape(n, b)
-    out = m[:, 0].copy()
-    for j in range(1, b):
-        np.maximum(out, m[:, j], out=out)
-    return out
+    return row_max(np.maximum(both & np.uint8(0x0F), both >> np.uint8(_NIBBLE)).reshape(-1), n, b)
 
 
 def _run(bounds, work, threads):

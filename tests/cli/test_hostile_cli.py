@@ -25,27 +25,7 @@ import time
 import numpy as np
 import pytest
 
-from mactile.cli.main import main
-
-
-def snapshot(folder):
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for n in dirs + files:
-            p = os.path.join(root, n)
-            st = os.lstat(p)
-            out[os.path.relpath(p, folder)] = (st.st_mode, st.st_size,
-                                               None if n in dirs else st.st_mtime_ns)
-    return out
-
-
-def run(argv, capsys):
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
+from hostile_util import run, snapshot
 
 
 def _laughs(levels=9, width=10):

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from mactile.cli.main import main
 from mactile.golden.tooltext import relevant_lines, strip_tracebacks, tool_failure
+from hostile_util import run, snapshot
 
 SITE = sysconfig.get_paths()["purelib"]
 
@@ -57,26 +57,6 @@ LIB = ('library (tiny) {\n  cell (INV) { area : 1; pin (A) { direction : input; 
        '  cell (DFF) { area : 4; ff (IQ, IQN) { next_state : "D"; clocked_on : "CK"; }\n'
        '    pin (D) { direction : input; } pin (CK) { direction : input; clock : true; }\n'
        '    pin (Q) { direction : output; function : "IQ"; } }\n}\n')
-
-
-def snapshot(folder):
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for n in dirs + files:
-            p = os.path.join(root, n)
-            st = os.lstat(p)
-            out[os.path.relpath(p, folder)] = (st.st_mode, st.st_size,
-                                               None if n in dirs else st.st_mtime_ns)
-    return out
-
-
-def run(argv, capsys):
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def assert_clean(msg: str, *, tool: str):
