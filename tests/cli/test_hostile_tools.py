@@ -15,7 +15,6 @@ failed (1 is documented), as for a missing one.
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
