@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import decode_ops as _decode_ops  # noqa: F401 (registers the torch.ops.mactile decoder ops)
-from .decode_ops import attention_ref, attention_rows_max as _attention_rows_max
+from .decode_ops import attention_ref, rmsnorm_ref, rope_ref
+from .decode_ops import attention_rows_max as _attention_rows_max
 
 __all__ = ["RopeScaling", "DecoderConfig", "CONFIGS", "get_config", "RMSNorm", "KVCache",
            "Attention", "MLP", "DecoderLayer", "Decoder", "rope_inv_freq", "from_hf", "hf_config"]
@@ -172,10 +173,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dt = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dt)
+        return rmsnorm_ref(x, self.weight, self.eps)
 
 
 class KVCache(nn.Module):
@@ -195,11 +193,6 @@ class KVCache(nn.Module):
         kc.index_copy_(2, input_pos, k.to(kc.dtype))
         vc.index_copy_(2, input_pos, v.to(vc.dtype))
         return kc, vc
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
 class Attention(nn.Module):
@@ -255,9 +248,7 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, D]
-        c, s = cos[None, None], sin[None, None]
-        q = q * c + _rotate_half(q) * s
-        k = k * c + _rotate_half(k) * s
+        q, k = rope_ref(q, cos, sin), rope_ref(k, cos, sin)
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)
         # GQA without copying keys/values: the G query heads of one KV head become G*T rows
